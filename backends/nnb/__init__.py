@@ -1,0 +1,1 @@
+"""The .nnb backend: nnabla-c-runtime's binary network format."""

@@ -1,0 +1,312 @@
+"""IR -> ONNX graph conversion shared by the float and QDQ ONNX backends.
+
+One exporter per IR op in `EXPORTERS`; each appends ONNX nodes for one IR node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Model, Node, Value
+
+OPSET = 13
+
+
+class OnnxWriter:
+    """Collects ONNX nodes/initializers while exporting; names stay the IR's names."""
+
+    def __init__(self, model: Model, opset: int = OPSET) -> None:
+        self.model = model
+        self.opset = opset
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self._names: set[str] = {v.name for v in model.graph.values()}
+        self._counter = 0
+        self.names: dict[int, str] = {}
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self._names:
+            self._counter += 1
+            name = f"{base}__{self._counter}"
+        self._names.add(name)
+        return name
+
+    def name(self, value: Value | None) -> str:
+        if value is None:
+            return ""
+        return self.names.get(id(value), value.name)
+
+    def const(self, base: str, array: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        name = self.fresh(base)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def add(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs: Any) -> None:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
+
+
+Exporter = Callable[[OnnxWriter, Node, list[str], list[str]], None]
+EXPORTERS: dict[str, Exporter] = {}
+
+
+def exporter(*ops: str) -> Callable[[Exporter], Exporter]:
+    def deco(fn: Exporter) -> Exporter:
+        for op in ops:
+            EXPORTERS[op] = fn
+        return fn
+    return deco
+
+
+def _same(onnx_op: str) -> Exporter:
+    def fn(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+        w.add(onnx_op, ins, outs, node.name)
+    return fn
+
+
+for _ir, _onnx in {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log",
+                   "Sqrt": "Sqrt", "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal",
+                   "Identity": "Identity", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div",
+                   "Pow": "Pow", "Max": "Max", "Min": "Min", "MatMul": "MatMul",
+                   "GlobalAvgPool": "GlobalAveragePool", "GlobalMaxPool": "GlobalMaxPool"}.items():
+    EXPORTERS[_ir] = _same(_onnx)
+
+
+@exporter("Dropout")
+def _dropout(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Identity", ins[:1], outs, node.name)
+
+
+@exporter("Quantize")
+def _quantize(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Identity", ins[:1], outs, node.name)
+
+
+@exporter("HardSwish")
+def _hardswish(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    if w.opset >= 14:
+        w.add("HardSwish", ins, outs, node.name)
+        return
+    hs = w.fresh(f"{node.name}_hsig")
+    w.add("HardSigmoid", ins, [hs], f"{node.name}_hsig", alpha=1.0 / 6, beta=0.5)
+    w.add("Mul", [ins[0], hs], outs, node.name)
+
+
+@exporter("LeakyRelu", "Elu")
+def _alpha(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add(node.op, ins, outs, node.name, alpha=node.attrs["alpha"])
+
+
+@exporter("HardSigmoid")
+def _hardsigmoid(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("HardSigmoid", ins, outs, node.name, alpha=node.attrs["alpha"], beta=node.attrs["beta"])
+
+
+@exporter("Silu")
+def _silu(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    sig = w.fresh(f"{node.name}_sigmoid")
+    w.add("Sigmoid", ins, [sig], f"{node.name}_sigmoid")
+    w.add("Mul", [ins[0], sig], outs, node.name)
+
+
+@exporter("Gelu")
+def _gelu(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    x = ins[0]
+    if node.attrs["approximate"] == "tanh":
+        c = w.const(f"{node.name}_c", np.array(math.sqrt(2 / math.pi), np.float32))
+        k = w.const(f"{node.name}_k", np.array(0.044715, np.float32))
+        three = w.const(f"{node.name}_3", np.array(3.0, np.float32))
+        cube, inner, inner2, t = (w.fresh(f"{node.name}_{s}") for s in ("cube", "in", "in2", "tanh"))
+        w.add("Pow", [x, three], [cube], f"{node.name}_pow")
+        w.add("Mul", [cube, k], [inner], f"{node.name}_mulk")
+        w.add("Add", [x, inner], [inner2], f"{node.name}_add")
+        scaled = w.fresh(f"{node.name}_scaled")
+        w.add("Mul", [inner2, c], [scaled], f"{node.name}_mulc")
+        w.add("Tanh", [scaled], [t], f"{node.name}_tanh")
+        core = t
+    else:
+        r2 = w.const(f"{node.name}_sqrt2", np.array(math.sqrt(2), np.float32))
+        div, erf = w.fresh(f"{node.name}_div"), w.fresh(f"{node.name}_erf")
+        w.add("Div", [x, r2], [div], f"{node.name}_div")
+        w.add("Erf", [div], [erf], f"{node.name}_erf")
+        core = erf
+    one = w.const(f"{node.name}_one", np.array(1.0, np.float32))
+    half = w.const(f"{node.name}_half", np.array(0.5, np.float32))
+    plus, xh = w.fresh(f"{node.name}_plus"), w.fresh(f"{node.name}_xh")
+    w.add("Add", [core, one], [plus], f"{node.name}_plus")
+    w.add("Mul", [x, half], [xh], f"{node.name}_xh")
+    w.add("Mul", [xh, plus], outs, node.name)
+
+
+@exporter("Clip")
+def _clip(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    lo, hi = node.attrs["min"], node.attrs["max"]
+    lo_name = w.const(f"{node.name}_min", np.array(lo, np.float32)) if lo is not None else ""
+    hi_name = w.const(f"{node.name}_max", np.array(hi, np.float32)) if hi is not None else ""
+    w.add("Clip", [ins[0], lo_name, hi_name], outs, node.name)
+
+
+@exporter("Softmax")
+def _softmax(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Softmax", ins, outs, node.name, axis=node.attrs["axis"])
+
+
+@exporter("Conv", "ConvTranspose")
+def _conv(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    weight = node.input(1)
+    extra = {"output_padding": node.attrs["output_padding"]} if node.op == "ConvTranspose" else {}
+    w.add(node.op, [i for i in ins], outs, node.name, kernel_shape=[int(d) for d in weight.type.shape[2:]],
+          strides=node.attrs["strides"], pads=node.attrs["pads"], dilations=node.attrs["dilations"],
+          group=node.attrs["group"], **extra)
+
+
+@exporter("Dense")
+def _dense(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Gemm", [i for i in ins if i != ""], outs, node.name)
+
+
+@exporter("BatchNorm")
+def _bn(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("BatchNormalization", ins, outs, node.name, epsilon=node.attrs["epsilon"])
+
+
+@exporter("MaxPool", "AvgPool")
+def _pool(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    extra = {"count_include_pad": int(a["count_include_pad"])} if node.op == "AvgPool" else {}
+    strides = a["strides"] or [1, 1]
+    w.add("MaxPool" if node.op == "MaxPool" else "AveragePool", ins, outs, node.name, kernel_shape=a["kernel"],
+          strides=strides, pads=a["pads"], ceil_mode=int(a["ceil_mode"]), **extra)
+
+
+@exporter("LRN")
+def _lrn(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    w.add("LRN", ins, outs, node.name, size=a["size"], alpha=a["alpha"], beta=a["beta"], bias=a["bias"])
+
+
+@exporter("Concat")
+def _concat(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Concat", ins, outs, node.name, axis=node.attrs["axis"])
+
+
+@exporter("Split")
+def _split(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    split = w.const(f"{node.name}_split", np.array(node.attrs["split"], np.int64))
+    w.add("Split", [ins[0], split], outs, node.name, axis=node.attrs["axis"])
+
+
+@exporter("Reshape")
+def _reshape(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    shape = list(node.attrs["shape"])
+    out_shape = node.outputs[0].type.shape
+    in_shape = node.input(0).type.shape
+    # keep a symbolic batch symbolic: copy dim 0 instead of baking the traced size in
+    if shape and in_shape and isinstance(in_shape[0], str) and out_shape and out_shape[0] == in_shape[0]:
+        shape[0] = 0
+    name = w.const(f"{node.name}_shape", np.array(shape, np.int64))
+    w.add("Reshape", [ins[0], name], outs, node.name)
+
+
+@exporter("Flatten")
+def _flatten(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Flatten", ins, outs, node.name, axis=node.attrs["axis"])
+
+
+@exporter("Transpose")
+def _transpose(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("Transpose", ins, outs, node.name, perm=node.attrs["perm"])
+
+
+@exporter("Squeeze", "Unsqueeze")
+def _squeeze(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    axes = w.const(f"{node.name}_axes", np.array(node.attrs["axes"], np.int64))
+    w.add(node.op, [ins[0], axes], outs, node.name)
+
+
+@exporter("Pad")
+def _pad(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    pads = w.const(f"{node.name}_pads", np.array(node.attrs["pads"], np.int64))
+    value = w.const(f"{node.name}_value", np.array(node.attrs["value"], np.float32))
+    w.add("Pad", [ins[0], pads, value], outs, node.name, mode=node.attrs["mode"])
+
+
+@exporter("Slice")
+def _slice(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    parts = [w.const(f"{node.name}_{k}", np.array(a[k], np.int64)) for k in ("starts", "ends", "axes")]
+    if a["steps"]:
+        parts.append(w.const(f"{node.name}_steps", np.array(a["steps"], np.int64)))
+    w.add("Slice", [ins[0], *parts], outs, node.name)
+
+
+@exporter("ReduceMean", "ReduceMax", "ReduceSum")
+def _reduce(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    keep = int(node.attrs["keepdims"])
+    if node.op == "ReduceSum":
+        axes = w.const(f"{node.name}_axes", np.array(node.attrs["axes"], np.int64))
+        w.add("ReduceSum", [ins[0], axes], outs, node.name, keepdims=keep)
+    else:
+        w.add(node.op, ins, outs, node.name, axes=node.attrs["axes"], keepdims=keep)
+
+
+def value_info(value: Value) -> Any:
+    from onnx import helper
+
+    dims = [d if isinstance(d, int) else str(d) for d in value.type.shape]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(value.type.dtype))
+    return helper.make_tensor_value_info(value.name, elem, dims)
+
+
+def export_graph(w: OnnxWriter, skip: Callable[[Node], bool] | None = None) -> None:
+    """Append every node's ONNX form (constants become initializers)."""
+    from onnx import numpy_helper
+
+    graph = w.model.graph
+    unsupported = sorted({n.op for n in graph.nodes if n.op not in EXPORTERS})
+    if unsupported:
+        raise UnsupportedError(f"ONNX backend: no ONNX mapping for IR op(s) {', '.join(unsupported)}")
+    for value in graph.constants:
+        assert value.const is not None
+        w.initializers.append(numpy_helper.from_array(value.const, value.name))
+    for node in graph.nodes:
+        if skip is not None and skip(node):
+            continue
+        ins = [w.name(v) for v in node.inputs]
+        outs = [w.name(v) for v in node.outputs]
+        EXPORTERS[node.op](w, node, ins, outs)
+
+
+def finish(w: OnnxWriter, pipeline: str = "") -> Any:
+    """Build the ModelProto with qcc's version and pipeline in metadata_props."""
+    from onnx import helper
+
+    from qcc import __version__
+
+    graph = w.model.graph
+    g = helper.make_graph(
+        w.nodes, graph.name, [value_info(v) for v in graph.inputs], [value_info(v) for v in graph.outputs],
+        initializer=w.initializers,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", w.opset)], producer_name="qcc",
+                              producer_version=__version__)
+    proto.ir_version = 8 if w.opset < 19 else 9
+    passes = pipeline or ",".join(w.model.passes_run)
+    helper.set_model_props(proto, {"qcc.version": __version__, "qcc.pipeline": passes,
+                                   "qcc.source": str(w.model.metadata.get("source", ""))})
+    return proto
+
+
+def to_onnx(model: Model, opset: int = OPSET) -> Any:
+    w = OnnxWriter(model, opset)
+    export_graph(w)
+    return finish(w)

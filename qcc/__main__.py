@@ -1,0 +1,5 @@
+import sys
+
+from qcc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,18 @@
+"""qcc's own passes, frontends and backends, registered exactly like a plugin's."""
+
+from __future__ import annotations
+
+from qcc.plugins import Plugin
+
+BUILTINS = Plugin(
+    passes={
+        "dce": "qcc.passes.cleanup:DeadCodeElimination",
+        "fold-constants": "qcc.passes.cleanup:FoldConstants",
+    },
+    frontends={
+        "onnx": "qcc.frontends.onnx:FRONTEND",
+    },
+    backends={
+        "onnx": "qcc.backends.onnx_float:BACKEND",
+    },
+)

@@ -1,0 +1,152 @@
+"""The `qcc` driver. Importing this module (and `qcc --help`) loads no ML framework."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from qcc import __version__
+from qcc.errors import InternalError, QccError
+
+EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from qcc.driver import METHODS, SCHEMES
+
+    parser = argparse.ArgumentParser(
+        prog="qcc",
+        description="qcc: a quantization compiler for neural networks (ONNX/.nnp/.pt2 in; "
+        "ONNX, ONNX QDQ, .nnb, .nnp, C out).",
+        epilog=EXIT_CODES,
+    )
+    parser.add_argument("--version", action="version", version=f"qcc {__version__}")
+    parser.add_argument("--no-plugins", action="store_true", help="do not load qcc.plugins entry points")
+    parser.add_argument("--debug", action="store_true", help="show a stack trace on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES)
+    c.add_argument("model", help="input model (.onnx, .nnp, .pt2)")
+    c.add_argument("-o", "--output", required=True, help="output file (.onnx/.nnb/.nnp) or directory (c)")
+    c.add_argument("--target", help="onnx | onnx-qdq | nnb | nnp | c (default: from the output's extension)")
+    c.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME",
+                   help="quantization scheme: " + ", ".join(SCHEMES))
+    c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
+    c.add_argument("--method", default="minmax", choices=METHODS, help="activation range estimator")
+    c.add_argument("--per-tensor", action="store_true", help="per-tensor (not per-channel) weight scales")
+    c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
+    c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
+                   help="pin tensors matching PATTERN to TYPE (e.g. 'conv1*=FIXED16'); repeatable")
+    c.add_argument("--passes", metavar="SPEC", help="explicit pipeline (replaces the scheme's default)")
+    c.add_argument("--eval", metavar="DATA.npz", help="evaluation data (optional 'labels') for the report")
+    c.add_argument("--report", metavar="REPORT.json", help="write the compile report as JSON")
+    c.add_argument("--network", help=".nnp network name")
+    c.add_argument("--executor", help=".nnp executor name")
+    c.add_argument("--batch-size", type=int, help="bind the batch dimension")
+    c.add_argument("--nnb-version", type=int, default=3, choices=(2, 3), help=".nnb format version")
+    c.add_argument("--api", type=int, default=44, help=".nnb api level")
+    c.add_argument("--plan", default="qcc", choices=("qcc", "nnabla"), help=".nnb buffer plan")
+    c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
+    c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
+    c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
+
+    i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)")
+    i.add_argument("model")
+    i.add_argument("--memory", action="store_true", help="memory plan table and bounds")
+    i.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME", help="size tensors for a scheme")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--network", help=".nnp network name")
+    i.add_argument("--executor", help=".nnp executor name")
+    i.add_argument("--batch-size", type=int, help="bind the batch dimension")
+
+    sub.add_parser("passes", help="list passes with their options and one-line docs")
+    sub.add_parser("plugins", help="list plugin distributions and what they contribute")
+    return parser
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from qcc.driver import compile as run_compile
+    from qcc.summary import print_compile_summary
+
+    model, report = run_compile(
+        args.model, args.output, target=args.target, passes=args.passes, quantize=args.quantize,
+        calib=args.calib, method=args.method, per_tensor=args.per_tensor, settings=args.settings,
+        overrides=tuple(args.override), eval=args.eval, report=args.report, network=args.network,
+        executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version, api=args.api,
+        plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
+        dump_ir=args.dump_ir,
+    )
+    print_compile_summary(model, report)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from qcc.inspect import inspect_path
+
+    result = inspect_path(args.model, memory=args.memory, quantize=args.quantize, as_json=args.json,
+                          network=args.network, executor=args.executor, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _cmd_passes(args: argparse.Namespace) -> int:
+    from qcc.plugins import registry
+
+    reg = registry()
+    for name in reg.names("pass"):
+        cls = reg.pass_class(name)
+        dist = reg.entry("pass", name).distribution
+        print(f"{name}  [{dist}]")
+        print(f"    {cls.doc()}")
+        for opt in cls.options():
+            print(f"    --{opt.name}: {opt.type_text} = {opt.default!r}")
+    return 0
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from qcc.plugins import registry
+
+    for dist, version, names in registry().distributions:
+        print(f"{dist} {version}".rstrip())
+        for name in names:
+            print(f"    {name}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.no_plugins:
+        from qcc.plugins import set_autoload
+
+        set_autoload(False)
+    handlers: dict[str, Any] = {"compile": _cmd_compile, "inspect": _cmd_inspect, "passes": _cmd_passes,
+                                "plugins": _cmd_plugins}
+    try:
+        return int(handlers[args.command](args))
+    except QccError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("qcc: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        err = InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)")
+        print(f"qcc: {err.kind}: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The compile driver behind both `qcc compile` and `qcc.compile(...)`.
+
+load (frontend) -> pipeline (explicit spec or the scheme's default) -> ordering checks against the
+backend's requirements -> run with verification -> write atomically -> report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from qcc.errors import UsageError
+from qcc.ir.core import Model
+from qcc.pm.base import Pass, PassContext
+from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
+from qcc.pm.manager import PassManager, build_passes, check_order
+from qcc.pm.spec import PassSpec
+
+SCHEMES = ("none", "int8", "uint8", "fixed8", "fixed16", "fixed8-16", "binary-weight", "binary-connect")
+METHODS = ("minmax", "percentile", "entropy", "mse")
+
+
+@attrs.define
+class CompileOptions:
+    target: str | None = None
+    quantize: str = "none"
+    calib: str | None = None
+    method: str = "minmax"
+    per_tensor: bool = False
+    settings: str | None = None
+    overrides: Sequence[str] = ()
+    passes: str | None = None
+    eval: str | None = None
+    report: str | None = None
+    network: str | None = None
+    executor: str | None = None
+    batch_size: int | None = None
+    nnb_version: int = 3
+    api: int = 44
+    plan: str = "qcc"
+    time_passes: bool = False
+    print_after_all: bool = False
+    dump_ir: str | None = None
+    verify_each: bool = True
+
+
+def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
+    """Load a model file (by extension) or an in-memory framework model."""
+    from qcc.plugins import frontend_for, registry
+
+    if not isinstance(path, (str, os.PathLike)):
+        for name in registry().names("frontend"):
+            fe = registry().frontend(name)
+            accepts = getattr(fe, "accepts", None)
+            if accepts is not None and accepts(path):
+                return fe.load_object(path, **options)  # type: ignore[no-any-return]
+        raise UsageError(f"no frontend accepts an in-memory {type(path).__name__}")
+    text = os.fspath(path)
+    if not Path(text).exists():
+        raise UsageError(f"{text}: no such file")
+    fe = frontend_for(text, frontend)
+    clean = {k: v for k, v in options.items() if v is not None}
+    return fe.load(text, **clean)  # type: ignore[no-any-return]
+
+
+def default_pipeline(scheme: str, backend: Any, opts: CompileOptions) -> str:
+    """The pipeline a scheme implies for a target (see docs/passes.md)."""
+    from qcc.pipelines import default_pipeline as pick
+
+    return pick(scheme, getattr(backend, "name", ""), opts)
+
+
+def compile(  # noqa: A001  (mirrors the CLI verb on purpose)
+    model: str | os.PathLike[str] | Model | Any,
+    output: str | os.PathLike[str],
+    target: str | None = None,
+    passes: str | Sequence[Pass | PassSpec] | None = None,
+    instruments: Sequence[Instrument] = (),
+    **options: Any,
+) -> tuple[Model, dict[str, Any]]:
+    """Compile like `qcc compile`; returns the compiled model and the report dictionary."""
+    from qcc.plugins import backend_for
+
+    opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
+    if opts.quantize not in SCHEMES:
+        raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
+    if opts.method not in METHODS:
+        raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
+    out = os.fspath(output)
+    backend = backend_for(out, opts.target)
+    if isinstance(model, Model):
+        loaded = model
+    else:
+        loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+    if passes is not None and not isinstance(passes, str):
+        pipeline = build_passes(passes)
+    elif opts.passes is not None:
+        pipeline = build_passes(opts.passes)
+    else:
+        pipeline = build_passes(default_pipeline(opts.quantize, backend, opts))
+    check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
+    ctx = PassContext(options=attrs.asdict(opts), progress=sys.stderr.isatty())
+    if opts.calib:
+        from qcc.data import load_npz
+
+        ctx.calib_data = load_npz(opts.calib)
+    insts: list[Instrument] = list(instruments)
+    timer = TimePasses() if opts.time_passes else None
+    if timer:
+        insts.append(timer)
+    if opts.print_after_all:
+        insts.append(PrintAfterAll())
+    if opts.dump_ir:
+        insts.append(DumpIR(Path(opts.dump_ir)))
+    result = PassManager(pipeline, verify=opts.verify_each, instruments=insts).run(loaded, ctx)
+    compiled = result.model
+    backend.write(compiled, out, **_backend_options(opts))
+    if timer:
+        timer.report()
+    report = build_report(compiled, ctx, opts, out, backend)
+    if opts.report:
+        from qcc.io import atomic_write_bytes
+
+        atomic_write_bytes(opts.report, (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
+    return compiled, report
+
+
+def _backend_options(opts: CompileOptions) -> dict[str, Any]:
+    return {"nnb_version": opts.nnb_version, "api": opts.api, "plan": opts.plan, "settings": opts.settings,
+            "quantize": opts.quantize}
+
+
+def build_report(model: Model, ctx: PassContext, opts: CompileOptions, out: str, backend: Any) -> dict[str, Any]:
+    """The --report dictionary; sections are filled by the passes that ran (see docs/cli.md)."""
+    from qcc.reporting import assemble_report
+
+    return assemble_report(model, ctx, opts, out, backend)

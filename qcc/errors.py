@@ -1,0 +1,54 @@
+"""One error hierarchy for the whole compiler, so the driver can map each kind to an exit code.
+
+Exit codes (documented in docs/errors.md): usage 2, invalid input 3, unsupported 4,
+internal 70. Every message names the file and, where there is one, the node/op/tensor.
+"""
+
+from __future__ import annotations
+
+
+class QccError(Exception):
+    """Base of every error qcc raises on purpose."""
+
+    exit_code = 1
+    kind = "error"
+
+
+class UsageError(QccError):
+    """The command line or API call itself is wrong (unknown pass, bad option value)."""
+
+    exit_code = 2
+    kind = "usage error"
+
+
+class InvalidInputError(QccError):
+    """An input file or data set is malformed, corrupt, inconsistent or over a resource limit."""
+
+    exit_code = 3
+    kind = "invalid input"
+
+
+class UnsupportedError(QccError):
+    """The input is valid but uses something qcc (or the chosen target) cannot handle."""
+
+    exit_code = 4
+    kind = "unsupported"
+
+
+class InternalError(QccError):
+    """A bug in qcc or in a plugin: an invariant broke (e.g. a pass produced invalid IR)."""
+
+    exit_code = 70
+    kind = "internal error"
+
+
+class VerificationError(InternalError):
+    """The IR verifier found problems; all of them are listed, not just the first."""
+
+    def __init__(self, problems: list[str], where: str = "") -> None:
+        self.problems = list(problems)
+        self.where = where
+        head = f"{where}: " if where else ""
+        shown = "; ".join(problems[:20])
+        more = f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""
+        super().__init__(f"{head}IR verification failed with {len(problems)} problem(s): {shown}{more}")

@@ -1,0 +1,648 @@
+"""ONNX frontend: opsets 9..21 into qcc's IR, folding constant and shape computations at import.
+
+Each supported ONNX op has one importer in `IMPORTERS`; everything computable from constants is
+folded (ConstantOfShape weights, Shape->Gather->Concat chains, Unsqueeze of parameters), so the
+IR only holds real computation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qcc.errors import InvalidInputError, UnsupportedError
+from qcc.ir.core import Graph, Model, Value
+from qcc.ir.types import TensorType
+from qcc.ir.verify import verify_model
+
+MIN_OPSET, MAX_OPSET = 9, 21
+MAX_FILE_BYTES = 2 * 1024**3
+
+
+class _Ctx:
+    """Import state: ONNX names -> IR values or folded numpy constants."""
+
+    def __init__(self, graph: Graph, opset: int, source: str) -> None:
+        self.graph = graph
+        self.opset = opset
+        self.source = source
+        self.values: dict[str, Value] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self._const_values: dict[str, Value] = {}
+
+    def is_const(self, name: str) -> bool:
+        return name == "" or name in self.consts
+
+    def const(self, name: str, node: Any) -> np.ndarray:
+        if name not in self.consts:
+            raise UnsupportedError(
+                f"{self.source}: node {node.name!r} ({node.op_type}) needs input {name!r} to be a constant")
+        return self.consts[name]
+
+    def value(self, name: str) -> Value | None:
+        """IR value for an ONNX name (constants become IR constants on first use)."""
+        if name == "":
+            return None
+        if name in self.values:
+            return self.values[name]
+        if name in self.consts:
+            if name not in self._const_values:
+                data = self.consts[name]
+                if data.dtype == np.float64:
+                    data = data.astype(np.float32)
+                self._const_values[name] = self.graph.add_constant(self.graph.unique_name(name), data)
+            return self._const_values[name]
+        raise InvalidInputError(f"{self.source}: tensor {name!r} is used but never defined")
+
+    def static_shape(self, name: str, node: Any) -> tuple[int, ...]:
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        ttype = self.value(name).type  # type: ignore[union-attr]
+        if not ttype.is_static:
+            raise UnsupportedError(
+                f"{self.source}: node {node.name!r} ({node.op_type}) needs the static shape of {name!r}, got {ttype.shape}")
+        return tuple(int(d) for d in ttype.shape)
+
+    def emit(self, node: Any, op: str, inputs: list[Value | None], attrs: dict[str, Any] | None = None,
+             out_index: int = 0, name: str | None = None) -> Value:
+        """Add an IR node whose output is ONNX output `out_index` (named like it when possible)."""
+        out_name = node.output[out_index] if out_index < len(node.output) else None
+        ir_node = self.graph.add_node(op, inputs, attrs, name=name or node.name or op.lower())
+        value = ir_node.outputs[0]
+        if out_name is not None and name is None:
+            self._rename(value, out_name)
+            self.values[out_name] = value
+        return value
+
+    def _rename(self, value: Value, name: str) -> None:
+        if value.name != name and name not in self.graph._names:
+            self.graph._names.discard(value.name)
+            value.name = name
+            self.graph._names.add(name)
+
+    def bind(self, onnx_name: str, value: Value) -> None:
+        self._rename(value, onnx_name)
+        self.values[onnx_name] = value
+
+
+Importer = Callable[[_Ctx, Any, dict[str, Any]], None]
+IMPORTERS: dict[str, Importer] = {}
+
+
+def importer(*ops: str) -> Callable[[Importer], Importer]:
+    def deco(fn: Importer) -> Importer:
+        for op in ops:
+            IMPORTERS[op] = fn
+        return fn
+    return deco
+
+
+# ----------------------------------------------------------------------------- helpers
+def _spatial_pads(ctx: _Ctx, node: Any, attrs: dict[str, Any], kernel: list[int], strides: list[int],
+                  dilations: list[int]) -> list[int]:
+    auto = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if auto in ("NOTSET", ""):
+        pads = list(attrs.get("pads", [0] * 4))
+        return pads
+    if auto == "VALID":
+        return [0, 0, 0, 0]
+    shape = ctx.static_shape(node.input[0], node)
+    begins, ends = [], []
+    for i in range(2):
+        size = shape[2 + i]
+        out = -(-size // strides[i])
+        total = max(0, (out - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1 - size)
+        small, big = total // 2, total - total // 2
+        begins.append(small if auto == "SAME_UPPER" else big)
+        ends.append(big if auto == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _need_rank4(ctx: _Ctx, node: Any) -> None:
+    value = ctx.value(node.input[0])
+    if value is not None and value.type.rank != 4:
+        raise UnsupportedError(
+            f"{ctx.source}: node {node.name!r} ({node.op_type}) on rank-{value.type.rank} input: only 2-D (NCHW) is supported")
+
+
+# ----------------------------------------------------------------------------- importers
+@importer("Conv", "ConvTranspose")
+def _conv(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    _need_rank4(ctx, node)
+    w_shape = ctx.static_shape(node.input[1], node)
+    kernel = list(attrs.get("kernel_shape", w_shape[2:]))
+    strides = list(attrs.get("strides", [1, 1]))
+    dil = list(attrs.get("dilations", [1, 1]))
+    ir_attrs: dict[str, Any] = {"strides": strides, "dilations": dil, "group": attrs.get("group", 1)}
+    if node.op_type == "ConvTranspose":
+        if "output_shape" in attrs:
+            raise UnsupportedError(f"{ctx.source}: node {node.name!r} (ConvTranspose): output_shape is not supported; give pads")
+        ir_attrs["pads"] = list(attrs.get("pads", [0, 0, 0, 0]))
+        ir_attrs["output_padding"] = list(attrs.get("output_padding", [0, 0]))
+    else:
+        ir_attrs["pads"] = _spatial_pads(ctx, node, attrs, kernel, strides, dil)
+    inputs = [ctx.value(n) for n in node.input]
+    ctx.emit(node, "ConvTranspose" if node.op_type == "ConvTranspose" else "Conv", inputs, ir_attrs)
+
+
+@importer("Gemm")
+def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    trans_a, trans_b = attrs.get("transA", 0), attrs.get("transB", 0)
+    x = ctx.value(node.input[0])
+    assert x is not None
+    if trans_a:
+        x = ctx.graph.add("Transpose", x, perm=[1, 0], name=f"{node.name}_transA")
+    if ctx.is_const(node.input[1]):
+        w = ctx.const(node.input[1], node)
+        w = (w.T if trans_b else w) * np.float32(alpha)
+        b = None
+        if len(node.input) > 2 and node.input[2] and ctx.is_const(node.input[2]):
+            c = ctx.const(node.input[2], node) * np.float32(beta)
+            if c.size in (1, w.shape[1]) and c.ndim <= 2:
+                b = np.broadcast_to(c.reshape(-1), (w.shape[1],)).astype(np.float32)
+            else:
+                raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Gemm): bias of shape {c.shape} is not per output")
+        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w.astype(np.float32)))
+        bv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[2]), b) if b is not None else None
+        if len(node.input) > 2 and node.input[2] and b is None:
+            y = ctx.graph.add("Dense", x, wv, name=node.name)
+            c_val = ctx.value(node.input[2])
+            ctx.emit(node, "Add", [y, c_val])
+        else:
+            ctx.emit(node, "Dense", [x, wv, bv])
+        return
+    w_val = ctx.value(node.input[1])
+    assert w_val is not None
+    if trans_b:
+        w_val = ctx.graph.add("Transpose", w_val, perm=[1, 0], name=f"{node.name}_transB")
+    y = ctx.graph.add("MatMul", x, w_val, name=node.name)
+    if alpha != 1.0:
+        y = ctx.graph.add("Mul", y, ctx.graph.add_constant(ctx.graph.unique_name("alpha"), np.array(alpha, np.float32)))
+    if len(node.input) > 2 and node.input[2]:
+        c_val = ctx.value(node.input[2])
+        if beta != 1.0:
+            c_val = ctx.graph.add("Mul", c_val, ctx.graph.add_constant(ctx.graph.unique_name("beta"), np.array(beta, np.float32)))
+        y = ctx.graph.add("Add", y, c_val)
+    ctx.bind(node.output[0], y)
+
+
+@importer("MatMul")
+def _matmul(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    a = ctx.value(node.input[0])
+    assert a is not None
+    if ctx.is_const(node.input[1]) and a.type.rank == 2 and ctx.consts[node.input[1]].ndim == 2:
+        ctx.emit(node, "Dense", [a, ctx.value(node.input[1])])
+    else:
+        ctx.emit(node, "MatMul", [a, ctx.value(node.input[1])])
+
+
+@importer("BatchNormalization")
+def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (BatchNormalization) in training mode")
+    ctx.emit(node, "BatchNorm", [ctx.value(n) for n in node.input[:5]], {"epsilon": attrs.get("epsilon", 1e-5)})
+
+
+_UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
+          "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal", "HardSwish": "HardSwish",
+          "Identity": "Identity"}
+
+
+@importer(*_UNARY)
+def _unary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    ctx.emit(node, _UNARY[node.op_type], [ctx.value(node.input[0])])
+
+
+@importer("LeakyRelu", "Elu", "HardSigmoid", "Gelu")
+def _unary_attr(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    defaults = {"LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+                "Gelu": {"approximate": "none"}}[node.op_type]
+    ir = {k: (attrs.get(k, v).decode() if isinstance(attrs.get(k, v), bytes) else attrs.get(k, v)) for k, v in defaults.items()}
+    ctx.emit(node, node.op_type, [ctx.value(node.input[0])], ir)
+
+
+@importer("Clip")
+def _clip(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    if ctx.opset < 11:
+        lo, hi = attrs.get("min"), attrs.get("max")
+    else:
+        lo = float(ctx.const(node.input[1], node)) if len(node.input) > 1 and node.input[1] else None
+        hi = float(ctx.const(node.input[2], node)) if len(node.input) > 2 and node.input[2] else None
+    ctx.emit(node, "Clip", [ctx.value(node.input[0])], {"min": lo, "max": hi})
+
+
+@importer("Softmax")
+def _softmax(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    rank = x.type.rank
+    if ctx.opset >= 13:
+        ctx.emit(node, "Softmax", [x], {"axis": attrs.get("axis", -1)})
+        return
+    axis = attrs.get("axis", 1) % max(rank, 1)
+    if axis == rank - 1:
+        ctx.emit(node, "Softmax", [x], {"axis": -1})
+        return
+    flat = ctx.graph.add("Flatten", x, axis=axis, name=f"{node.name}_flatten")
+    soft = ctx.graph.add("Softmax", flat, axis=-1, name=node.name or "softmax")
+    shape = [int(d) if isinstance(d, int) else 0 for d in x.type.shape]
+    ctx.emit(node, "Reshape", [soft], {"shape": shape}, name=None)
+
+
+@importer("Dropout")
+def _dropout(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    ratio = attrs.get("ratio", 0.5)
+    if ctx.opset >= 12 and len(node.input) > 1 and node.input[1]:
+        ratio = float(ctx.const(node.input[1], node))
+    ctx.emit(node, "Dropout", [ctx.value(node.input[0])], {"ratio": float(ratio)})
+
+
+_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": "Pow"}
+
+
+@importer(*_BINARY)
+def _binary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    if ctx.opset < 7 and attrs.get("broadcast"):
+        raise UnsupportedError(f"{ctx.source}: legacy broadcast attribute on {node.name!r}")
+    a, b = ctx.value(node.input[0]), ctx.value(node.input[1])
+    assert a is not None and b is not None
+    if b.is_const and b.type.dtype != a.type.dtype and b.const is not None:
+        b = ctx.graph.add_constant(ctx.graph.unique_name(b.name), b.const.astype(np.float32))
+    ctx.emit(node, _BINARY[node.op_type], [a, b])
+
+
+@importer("Sum", "Max", "Min")
+def _variadic(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    op = {"Sum": "Add", "Max": "Max", "Min": "Min"}[node.op_type]
+    values = [ctx.value(n) for n in node.input]
+    if len(values) == 1:
+        ctx.emit(node, "Identity", values)
+        return
+    acc = values[0]
+    for i, v in enumerate(values[1:-1]):
+        acc = ctx.graph.add(op, acc, v, name=f"{node.name or op.lower()}_{i}")
+    ctx.emit(node, op, [acc, values[-1]])
+
+
+@importer("Concat")
+def _concat(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    ctx.emit(node, "Concat", [ctx.value(n) for n in node.input], {"axis": attrs.get("axis", 1)})
+
+
+@importer("Split")
+def _split(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    axis = attrs.get("axis", 0)
+    size = x.type.shape[axis]
+    if ctx.opset >= 13 and len(node.input) > 1 and node.input[1]:
+        split = [int(s) for s in ctx.const(node.input[1], node)]
+    elif "split" in attrs:
+        split = list(attrs["split"])
+    else:
+        if not isinstance(size, int):
+            raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Split) on a symbolic axis")
+        parts = attrs.get("num_outputs", len(node.output))
+        chunk = -(-size // parts)
+        split = [min(chunk, size - i * chunk) for i in range(parts)]
+    ir_node = ctx.graph.add_node("Split", [x], {"axis": axis, "split": split}, name=node.name or "split")
+    for onnx_name, value in zip(node.output, ir_node.outputs):
+        ctx.bind(onnx_name, value)
+
+
+@importer("Reshape")
+def _reshape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    shape = [int(s) for s in ctx.const(node.input[1], node)]
+    if attrs.get("allowzero", 0) and 0 in shape:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Reshape) with allowzero and a 0 dim")
+    x = ctx.value(node.input[0])
+    assert x is not None
+    ctx.emit(node, "Reshape", [x], {"shape": shape})
+
+
+@importer("Flatten")
+def _flatten(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    ctx.emit(node, "Flatten", [ctx.value(node.input[0])], {"axis": attrs.get("axis", 1)})
+
+
+@importer("Transpose")
+def _transpose(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    perm = list(attrs.get("perm", range(x.type.rank - 1, -1, -1)))
+    ctx.emit(node, "Transpose", [x], {"perm": perm})
+
+
+@importer("Squeeze", "Unsqueeze")
+def _squeeze(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    if ctx.opset >= 13 and len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in ctx.const(node.input[1], node)]
+    elif "axes" in attrs:
+        axes = list(attrs["axes"])
+    elif node.op_type == "Squeeze":
+        axes = [i for i, d in enumerate(x.type.shape) if d == 1]
+    else:
+        raise InvalidInputError(f"{ctx.source}: node {node.name!r} (Unsqueeze) has no axes")
+    ctx.emit(node, node.op_type, [x], {"axes": axes})
+
+
+@importer("Pad")
+def _pad(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    mode = attrs.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if ctx.opset < 11:
+        pads, value = list(attrs.get("pads", [])), float(attrs.get("value", 0.0))
+    else:
+        pads = [int(p) for p in ctx.const(node.input[1], node)]
+        value = float(ctx.const(node.input[2], node)) if len(node.input) > 2 and node.input[2] else 0.0
+        if len(node.input) > 3 and node.input[3]:
+            axes = [int(a) % x.type.rank for a in ctx.const(node.input[3], node)]
+            full = [0] * (2 * x.type.rank)
+            for i, a in enumerate(axes):
+                full[a], full[a + x.type.rank] = pads[i], pads[i + len(axes)]
+            pads = full
+    if min(pads, default=0) < 0:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Pad) with negative pads")
+    ctx.emit(node, "Pad", [x], {"pads": pads, "mode": mode, "value": value})
+
+
+@importer("MaxPool", "AveragePool")
+def _pool(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    _need_rank4(ctx, node)
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides", [1, 1]))
+    if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} ({node.op_type}) with dilations")
+    pads = _spatial_pads(ctx, node, attrs, kernel, strides, [1, 1])
+    ir: dict[str, Any] = {"kernel": kernel, "strides": strides, "pads": pads, "ceil_mode": bool(attrs.get("ceil_mode", 0))}
+    if node.op_type == "AveragePool":
+        ir["count_include_pad"] = bool(attrs.get("count_include_pad", 0))
+    ctx.emit(node, "MaxPool" if node.op_type == "MaxPool" else "AvgPool", [ctx.value(node.input[0])], ir)
+
+
+@importer("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    op = "GlobalAvgPool" if node.op_type == "GlobalAveragePool" else "GlobalMaxPool"
+    ctx.emit(node, op, [ctx.value(node.input[0])])
+
+
+@importer("LRN")
+def _lrn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    ir = {"size": attrs["size"], "alpha": attrs.get("alpha", 1e-4), "beta": attrs.get("beta", 0.75), "bias": attrs.get("bias", 1.0)}
+    ctx.emit(node, "LRN", [ctx.value(node.input[0])], ir)
+
+
+@importer("ReduceMean", "ReduceSum", "ReduceMax")
+def _reduce(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    if len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in ctx.const(node.input[1], node)]
+    else:
+        axes = list(attrs.get("axes", range(x.type.rank)))
+    ctx.emit(node, node.op_type, [x], {"axes": axes, "keepdims": bool(attrs.get("keepdims", 1))})
+
+
+@importer("Slice")
+def _slice(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    assert x is not None
+    if ctx.opset < 10:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes = list(attrs.get("axes", range(len(starts))))
+        steps: list[int] = []
+    else:
+        starts = [int(v) for v in ctx.const(node.input[1], node)]
+        ends = [int(v) for v in ctx.const(node.input[2], node)]
+        axes = [int(v) for v in ctx.const(node.input[3], node)] if len(node.input) > 3 and node.input[3] else list(range(len(starts)))
+        steps = [int(v) for v in ctx.const(node.input[4], node)] if len(node.input) > 4 and node.input[4] else []
+    big = 2**62
+    ends = [min(max(e, -big), big) for e in ends]
+    ctx.emit(node, "Slice", [x], {"starts": starts, "ends": ends, "axes": axes, "steps": steps})
+
+
+@importer("Cast")
+def _cast(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    from onnx import helper
+
+    x = ctx.value(node.input[0])
+    assert x is not None
+    target = helper.tensor_dtype_to_np_dtype(attrs["to"])
+    if np.dtype(target).name != x.type.dtype:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Cast) of a computed {x.type.dtype} tensor to {np.dtype(target).name}")
+    ctx.emit(node, "Identity", [x])
+
+
+@importer("Shape")
+def _shape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    shape = np.array(ctx.static_shape(node.input[0], node), dtype=np.int64)
+    start, end = attrs.get("start", 0), attrs.get("end", None)
+    ctx.consts[node.output[0]] = shape[start:end]
+
+
+# ----------------------------------------------------------------------------- folding
+def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
+    """Evaluate a node whose inputs are all constants; True when folded."""
+    op = node.op_type
+    if op == "Constant":
+        from onnx import numpy_helper
+
+        if "value" in attrs:
+            ctx.consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
+        else:
+            key, val = next(iter(attrs.items()))
+            dtype = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}.get(key)
+            if dtype is None:
+                raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Constant) with {key}")
+            ctx.consts[node.output[0]] = np.array(val, dtype=dtype)
+        return True
+    if not all(ctx.is_const(n) for n in node.input):
+        return False
+    ins = [ctx.consts[n] if n else None for n in node.input]
+    fast: dict[str, Callable[[], list[np.ndarray]]] = {
+        "Identity": lambda: [ins[0]],
+        "Cast": lambda: [ins[0].astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(attrs["to"]))],
+    }
+    if op == "ConstantOfShape":
+        from onnx import numpy_helper
+
+        fill = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
+        shape = [int(d) for d in ins[0]]
+        if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.float64)) > 2**31:
+            raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
+        result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
+    elif op in fast:
+        result = fast[op]()
+    else:
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [helper.make_tensor_value_info(f"i{i}", 0, None) for i in range(len(ins))]
+        fn_node = helper.make_node(op, [f"i{i}" if n else "" for i, n in enumerate(node.input)],
+                                   [f"o{i}" for i in range(len(node.output))], domain=node.domain)
+        fn_node.attribute.extend(node.attribute)
+        graph = helper.make_graph([fn_node], "fold", inputs, [helper.make_tensor_value_info(f"o{i}", 0, None) for i in range(len(node.output))])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
+        try:
+            result = ReferenceEvaluator(model).run(None, {f"i{i}": a for i, a in enumerate(ins) if a is not None})
+        except Exception as exc:
+            raise InvalidInputError(f"{ctx.source}: cannot fold constant node {node.name!r} ({op}): {exc}") from None
+    for name, array in zip(node.output, result):
+        if name:
+            ctx.consts[name] = np.asarray(array)
+    return True
+
+
+_FOLD_ONLY = ("Constant", "ConstantOfShape", "Gather", "Range", "Equal", "Where", "Expand", "Tile", "NonZero",
+              "ReduceProd", "Floor", "Ceil")
+
+
+def supported_ops() -> list[str]:
+    return sorted(set(IMPORTERS) | set(_FOLD_ONLY))
+
+
+# ----------------------------------------------------------------------------- entry
+def _read(path: Path, max_bytes: int) -> Any:
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read: {exc.strerror}") from None
+    if size > max_bytes:
+        raise InvalidInputError(f"{path}: file of {size} bytes is over the {max_bytes}-byte limit")
+    data = path.read_bytes()
+    try:
+        proto = onnx.load_from_string(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InvalidInputError(f"{path}: not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+    if not proto.HasField("graph"):
+        raise InvalidInputError(f"{path}: not a valid ONNX model (no graph)")
+    for tensor in proto.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            _load_external(tensor, path)
+    return proto
+
+
+def _load_external(tensor: Any, path: Path) -> None:
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    base = path.parent.resolve()
+    target = (base / location).resolve()
+    if os.path.isabs(location) or base not in target.parents:
+        raise InvalidInputError(f"{path}: initializer {tensor.name!r} points outside the model's folder ({location!r})")
+    if not target.is_file():
+        raise InvalidInputError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
+    load_external_data_for_tensor(tensor, str(base))
+
+
+def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
+    from onnx import helper
+
+    tt = type_proto.tensor_type
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+    except KeyError:
+        raise InvalidInputError(f"{source}: input {name!r} has an unknown element type {tt.elem_type}") from None
+    dims: list[int | str] = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise InvalidInputError(f"{source}: input {name!r} has a negative dimension")
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or ("N" if i == 0 else f"{name}_d{i}"))
+    return TensorType(dtype, tuple(dims))
+
+
+def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, max_bytes: int = MAX_FILE_BYTES,
+              **_: Any) -> Model:
+    """Import an ONNX file (see module doc); `batch_size` binds a symbolic first dimension."""
+    source = Path(path)
+    proto = _read(source, max_bytes)
+    return import_proto(proto, str(source), batch_size)
+
+
+def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
+    from onnx import helper, numpy_helper
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
+    g = proto.graph
+    graph = Graph(name=g.name or Path(source).stem)
+    ctx = _Ctx(graph, opset, source)
+    for tensor in g.initializer:
+        try:
+            ctx.consts[tensor.name] = numpy_helper.to_array(tensor)
+        except Exception as exc:
+            raise InvalidInputError(f"{source}: initializer {tensor.name!r} is corrupt: {exc}") from None
+    for vi in g.input:
+        if vi.name in ctx.consts:
+            continue
+        ttype = _ttype(vi.type, vi.name, source)
+        if batch_size is not None and ttype.shape and isinstance(ttype.shape[0], str):
+            ttype = TensorType(ttype.dtype, (batch_size, *ttype.shape[1:]))
+        ctx.values[vi.name] = graph.add_input(vi.name, ttype)
+    unsupported: dict[str, list[str]] = {}
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            unsupported.setdefault(f"{node.domain}.{node.op_type}", []).append(node.name)
+            continue
+        if node.op_type not in IMPORTERS and node.op_type not in _FOLD_ONLY:
+            unsupported.setdefault(node.op_type, []).append(node.name)
+    if unsupported:
+        listed = "; ".join(f"{op} (nodes {', '.join(repr(n) for n in names[:3])}{'...' if len(names) > 3 else ''})"
+                           for op, names in sorted(unsupported.items()))
+        raise UnsupportedError(f"{source}: unsupported ONNX op(s): {listed}. Supported: {', '.join(supported_ops())}")
+    for index, node in enumerate(g.node):
+        if not node.name:
+            node.name = f"{node.op_type.lower()}_{index}"
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if _fold(ctx, node, attrs):
+            continue
+        if node.op_type not in IMPORTERS:
+            raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) is only supported on constant inputs")
+        for name in node.input:
+            if name and name not in ctx.values and name not in ctx.consts:
+                if any(name in other.output for other in g.node):
+                    raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, an output qcc does not compute (e.g. a Dropout mask or MaxPool indices)")
+                raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, which is not defined before it")
+        IMPORTERS[node.op_type](ctx, node, attrs)
+    for vi in g.output:
+        if vi.name in ctx.values:
+            graph.outputs.append(ctx.values[vi.name])
+        elif vi.name in ctx.consts:
+            graph.outputs.append(ctx.value(vi.name))  # type: ignore[arg-type]
+        else:
+            raise InvalidInputError(f"{source}: graph output {vi.name!r} is never computed")
+    model = Model(graph, metadata={"source": source, "source_format": "onnx", "onnx_opset": opset})
+    problems = verify_model(model)
+    if problems:
+        raise InvalidInputError(f"{source}: imported graph is invalid: " + "; ".join(problems[:10]))
+    return model
+
+
+class OnnxFrontend:
+    name = "onnx"
+    extensions = (".onnx",)
+
+    def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
+        return load_onnx(path, **options)
+
+
+FRONTEND = OnnxFrontend()

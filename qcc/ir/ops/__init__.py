@@ -1,0 +1,5 @@
+"""Built-in op schemas; importing this package registers them."""
+
+from qcc.ir.ops import elementwise, nn, quant, tensor
+
+__all__ = ["elementwise", "nn", "quant", "tensor"]

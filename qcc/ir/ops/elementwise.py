@@ -1,0 +1,220 @@
+"""Elementwise ops: activations (unary) and broadcasting arithmetic (binary)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from qcc.ir.ops._common import broadcast_shapes
+from qcc.ir.registry import AttrSpec, OpDef, register
+from qcc.ir.types import TensorType
+
+F32 = np.float32
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+class _Unary(OpDef):
+    traits = frozenset({"elementwise"})
+
+
+@register
+class Relu(_Unary):
+    """max(x, 0)."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.maximum(xs[0], 0).astype(xs[0].dtype)]
+
+
+@register
+class LeakyRelu(_Unary):
+    """x if x >= 0 else alpha * x."""
+
+    attrs = {"alpha": AttrSpec("float", 0.01)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [np.where(x >= 0, x, x * F32(node.attrs["alpha"])).astype(x.dtype)]
+
+
+@register
+class Clip(_Unary):
+    """clamp(x, min, max); None means unbounded (Relu6 is Clip(0, 6))."""
+
+    attrs = {"min": AttrSpec("float?", None), "max": AttrSpec("float?", None)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        lo, hi = node.attrs["min"], node.attrs["max"]
+        x = xs[0]
+        if lo is not None:
+            x = np.maximum(x, F32(lo))
+        if hi is not None:
+            x = np.minimum(x, F32(hi))
+        return [x.astype(xs[0].dtype)]
+
+
+@register
+class Sigmoid(_Unary):
+    """1 / (1 + exp(-x))."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        return [(0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype)]
+
+
+@register
+class Tanh(_Unary):
+    """tanh(x)."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.tanh(xs[0])]
+
+
+@register
+class HardSigmoid(_Unary):
+    """clamp(alpha * x + beta, 0, 1) (ONNX defaults; torch uses alpha=1/6)."""
+
+    attrs = {"alpha": AttrSpec("float", 0.2), "beta": AttrSpec("float", 0.5)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        a, b = F32(node.attrs["alpha"]), F32(node.attrs["beta"])
+        return [np.clip(xs[0] * a + b, 0, 1).astype(xs[0].dtype)]
+
+
+@register
+class HardSwish(_Unary):
+    """x * relu6(x + 3) / 6."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [(x * np.clip(x / F32(6) + F32(0.5), 0, 1)).astype(x.dtype)]
+
+
+@register
+class Silu(_Unary):
+    """x * sigmoid(x) (nnabla Swish)."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        return [(x * 0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype)]
+
+
+@register
+class Gelu(_Unary):
+    """x * Phi(x); approximate='tanh' uses the tanh formula."""
+
+    attrs = {"approximate": AttrSpec("str", "none")}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        if node.attrs["approximate"] == "tanh":
+            y = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+        else:
+            y = 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+        return [y.astype(xs[0].dtype)]
+
+
+@register
+class Elu(_Unary):
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+
+    attrs = {"alpha": AttrSpec("float", 1.0)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [np.where(x > 0, x, F32(node.attrs["alpha"]) * np.expm1(x)).astype(x.dtype)]
+
+
+def _simple(name: str, fn: Any, doc: str) -> None:
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(fn(xs[0])).astype(xs[0].dtype)]
+
+    register(type(name, (_Unary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel)}))
+
+
+_simple("Exp", np.exp, "exp(x).")
+_simple("Log", np.log, "log(x).")
+_simple("Sqrt", np.sqrt, "sqrt(x).")
+_simple("Neg", np.negative, "-x.")
+_simple("Abs", np.abs, "|x|.")
+_simple("Reciprocal", np.reciprocal, "1 / x.")
+_simple("Erf", lambda x: _erf(x), "erf(x).")
+
+
+@register
+class Identity(OpDef):
+    """y = x (a view: shares its input's storage)."""
+
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [xs[0]]
+
+
+@register
+class Dropout(OpDef):
+    """Inference form: identity (a view)."""
+
+    attrs = {"ratio": AttrSpec("float", 0.5)}
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [xs[0]]
+
+
+@register
+class Softmax(OpDef):
+    """exp(x) / sum(exp(x)) along axis."""
+
+    attrs = {"axis": AttrSpec("int", -1)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        axis = node.attrs["axis"]
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return [(e / e.sum(axis=axis, keepdims=True)).astype(xs[0].dtype)]
+
+
+class _Binary(OpDef):
+    inputs = ("a", "b")
+    traits = frozenset({"elementwise", "broadcast"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        a, b = types
+        if a.dtype != b.dtype:
+            raise ValueError(f"input dtypes differ: {a.dtype} vs {b.dtype}")
+        return [TensorType(a.dtype, broadcast_shapes(a.shape, b.shape))]
+
+
+def _binary(name: str, fn: Any, doc: str) -> None:
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype)]
+
+    register(type(name, (_Binary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel)}))
+
+
+_binary("Add", np.add, "a + b with broadcasting.")
+_binary("Sub", np.subtract, "a - b with broadcasting.")
+_binary("Mul", np.multiply, "a * b with broadcasting.")
+_binary("Div", np.divide, "a / b with broadcasting.")
+_binary("Pow", np.power, "a ** b with broadcasting.")
+_binary("Max", np.maximum, "max(a, b) with broadcasting.")
+_binary("Min", np.minimum, "min(a, b) with broadcasting.")

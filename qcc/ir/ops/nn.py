@@ -1,0 +1,343 @@
+"""Neural-network ops in NCHW layout: convolutions, dense layers, normalization, pooling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qcc.ir.ops._common import attr_list, pairs, spatial_out, windows
+from qcc.ir.registry import AttrSpec, OpDef, register
+from qcc.ir.types import TensorType
+
+_CONV_ATTRS = {
+    "strides": AttrSpec("ints", [1, 1]),
+    "pads": AttrSpec("ints", [0, 0, 0, 0], "begin_h, begin_w, end_h, end_w"),
+    "dilations": AttrSpec("ints", [1, 1]),
+    "group": AttrSpec("int", 1),
+}
+
+
+def _conv_geometry(attrs: dict[str, Any]) -> tuple[list[int], list[int], list[int]]:
+    return (
+        pairs(attrs["strides"], 2, "strides"),
+        pairs(attrs["pads"], 4, "pads"),
+        pairs(attrs["dilations"], 2, "dilations"),
+    )
+
+
+def _check_bias(types: list[TensorType], channels: Any) -> None:
+    if len(types) > 2 and types[2] is not None and tuple(types[2].shape) != (channels,):
+        raise ValueError(f"bias shape {types[2].shape} must be ({channels},)")
+
+
+@register
+class Conv(OpDef):
+    """2-D convolution, weight (O, C/group, KH, KW), optional bias (O)."""
+
+    inputs = ("x", "w", "b?")
+    attrs = _CONV_ATTRS
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x, w = types[0], types[1]
+        if x.rank != 4 or w.rank != 4:
+            raise ValueError(f"Conv needs rank-4 x and w, got {x.shape} and {w.shape}")
+        strides, pads, dil = _conv_geometry(attrs)
+        group = attrs["group"]
+        if group < 1 or not isinstance(x.shape[1], int) or x.shape[1] != w.shape[1] * group:
+            raise ValueError(f"input channels {x.shape[1]} != weight channels {w.shape[1]} x group {group}")
+        if int(w.shape[0]) % group:
+            raise ValueError(f"output channels {w.shape[0]} not divisible by group {group}")
+        _check_bias(types, w.shape[0])
+        oh = spatial_out(x.shape[2], int(w.shape[2]), strides[0], pads[0], pads[2], dil[0])
+        ow = spatial_out(x.shape[3], int(w.shape[3]), strides[1], pads[1], pads[3], dil[1])
+        return [TensorType(x.dtype, (x.shape[0], w.shape[0], oh, ow))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = xs[0], xs[1]
+        b = xs[2] if len(xs) > 2 else None
+        return [conv2d(x, w, b, node.attrs)]
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
+           accumulate: Any = None) -> np.ndarray:
+    """Reference grouped convolution; `accumulate` overrides the product dtype (int64 for fixed)."""
+    strides, pads, dil = _conv_geometry(attrs)
+    group = attrs["group"]
+    dtype = accumulate or x.dtype
+    xp = np.pad(x.astype(dtype, copy=False), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    win = windows(xp, w.shape[2:], strides, dil)  # N, C, OH, OW, KH, KW
+    n, c, oh, ow, kh, kw = win.shape
+    o = w.shape[0]
+    wd = w.astype(dtype, copy=False)
+    if group == 1:
+        y = np.tensordot(win, wd, axes=([1, 4, 5], [1, 2, 3]))  # N, OH, OW, O
+        y = y.transpose(0, 3, 1, 2)
+    else:
+        cg, og = c // group, o // group
+        wg = win.reshape(n, group, cg, oh, ow, kh, kw)
+        wk = wd.reshape(group, og, cg, kh, kw)
+        if cg == 1 and og == 1:
+            y = np.einsum("ngchwij,gocij->ngohw", wg, wk, optimize=False).reshape(n, o, oh, ow)
+        else:
+            y = np.einsum("ngchwij,gocij->ngohw", wg, wk, optimize=True).reshape(n, o, oh, ow)
+    if b is not None:
+        y = y + b.astype(dtype).reshape(1, -1, 1, 1)
+    return np.ascontiguousarray(y.astype(dtype, copy=False))
+
+
+@register
+class ConvTranspose(OpDef):
+    """2-D transposed convolution (nnabla Deconvolution), weight (C, O/group, KH, KW)."""
+
+    inputs = ("x", "w", "b?")
+    attrs = {**_CONV_ATTRS, "output_padding": AttrSpec("ints", [0, 0])}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x, w = types[0], types[1]
+        if x.rank != 4 or w.rank != 4:
+            raise ValueError("ConvTranspose needs rank-4 x and w")
+        strides, pads, dil = _conv_geometry(attrs)
+        group = attrs["group"]
+        if x.shape[1] != w.shape[0]:
+            raise ValueError(f"input channels {x.shape[1]} != weight dim 0 {w.shape[0]}")
+        o = int(w.shape[1]) * group
+        _check_bias(types, o)
+        outp = pairs(attrs["output_padding"], 2, "output_padding")
+        dims = []
+        for i in range(2):
+            size = x.shape[2 + i]
+            if not isinstance(size, int):
+                raise ValueError("spatial dims must be static")
+            k = int(w.shape[2 + i])
+            dims.append((size - 1) * strides[i] - pads[i] - pads[2 + i] + dil[i] * (k - 1) + 1 + outp[i])
+        return [TensorType(x.dtype, (x.shape[0], o, dims[0], dims[1]))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, w = xs[0], xs[1]
+        b = xs[2] if len(xs) > 2 else None
+        strides, pads, dil = _conv_geometry(node.attrs)
+        group = node.attrs["group"]
+        n, c, h, wd = x.shape
+        cg = c // group
+        og = w.shape[1]
+        kh, kw = w.shape[2:]
+        full_h = (h - 1) * strides[0] + dil[0] * (kh - 1) + 1 + node.attrs["output_padding"][0]
+        full_w = (wd - 1) * strides[1] + dil[1] * (kw - 1) + 1 + node.attrs["output_padding"][1]
+        y = np.zeros((n, og * group, full_h, full_w), dtype=np.float64)
+        for g in range(group):
+            xg = x[:, g * cg:(g + 1) * cg].astype(np.float64)
+            wg = w[g * cg:(g + 1) * cg].astype(np.float64)  # cg, og, kh, kw
+            contrib = np.tensordot(xg, wg, axes=([1], [0]))  # n, h, w, og, kh, kw
+            for i in range(kh):
+                for j in range(kw):
+                    y[:, g * og:(g + 1) * og,
+                      i * dil[0]: i * dil[0] + (h - 1) * strides[0] + 1: strides[0],
+                      j * dil[1]: j * dil[1] + (wd - 1) * strides[1] + 1: strides[1]] += (
+                        contrib[..., i, j].transpose(0, 3, 1, 2))
+        y = y[:, :, pads[0]: full_h - pads[2], pads[1]: full_w - pads[3]]
+        if b is not None:
+            y = y + b.reshape(1, -1, 1, 1)
+        return [np.ascontiguousarray(y.astype(x.dtype))]
+
+
+@register
+class Dense(OpDef):
+    """y = x @ w + b, x (N, K), w (K, M) (nnabla Affine layout), b (M)."""
+
+    inputs = ("x", "w", "b?")
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x, w = types[0], types[1]
+        if x.rank != 2 or w.rank != 2 or x.shape[1] != w.shape[0]:
+            raise ValueError(f"Dense needs x (N,K) and w (K,M), got {x.shape} and {w.shape}")
+        _check_bias(types, w.shape[1])
+        return [TensorType(x.dtype, (x.shape[0], w.shape[1]))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        y = xs[0] @ xs[1]
+        if len(xs) > 2 and xs[2] is not None:
+            y = y + xs[2]
+        return [y.astype(xs[0].dtype)]
+
+
+@register
+class MatMul(OpDef):
+    """numpy-style matmul of two tensors (batched, broadcasting)."""
+
+    inputs = ("a", "b")
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        from qcc.ir.ops._common import broadcast_shapes
+
+        a, b = types
+        if a.rank < 2 or b.rank < 2:
+            raise ValueError("MatMul inputs need rank >= 2")
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"MatMul inner dims differ: {a.shape} @ {b.shape}")
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        return [TensorType(a.dtype, (*batch, a.shape[-2], b.shape[-1]))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.matmul(xs[0], xs[1]).astype(xs[0].dtype)]
+
+
+@register
+class BatchNorm(OpDef):
+    """Inference batch normalization over axis 1: (x - mean) / sqrt(var + eps) * scale + bias."""
+
+    inputs = ("x", "scale", "bias", "mean", "var")
+    attrs = {"epsilon": AttrSpec("float", 1e-5)}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        if x.rank < 2:
+            raise ValueError("BatchNorm input needs rank >= 2")
+        for t in types[1:]:
+            if tuple(t.shape) != (x.shape[1],):
+                raise ValueError(f"BatchNorm parameter shape {t.shape} must be ({x.shape[1]},)")
+        return [x]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x, scale, bias, mean, var = xs
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        inv = (scale / np.sqrt(var.astype(np.float64) + node.attrs["epsilon"])).astype(x.dtype)
+        y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+        return [y.astype(x.dtype)]
+
+
+_POOL_ATTRS = {
+    "kernel": AttrSpec("ints"),
+    "strides": AttrSpec("ints", []),
+    "pads": AttrSpec("ints", [0, 0, 0, 0]),
+    "ceil_mode": AttrSpec("bool", False),
+}
+
+
+def _pool_infer(types: list[TensorType], attrs: dict[str, Any]) -> list[TensorType]:
+    x = types[0]
+    if x.rank != 4:
+        raise ValueError(f"pooling needs rank-4 input, got {x.shape}")
+    k = pairs(attrs["kernel"], 2, "kernel")
+    s = attr_list(attrs, "strides", 2, 1)
+    p = pairs(attrs["pads"], 4, "pads")
+    if k[0] <= p[0] or k[0] <= p[2] or k[1] <= p[1] or k[1] <= p[3]:
+        raise ValueError(f"pads {p} must be smaller than kernel {k}")
+    oh = spatial_out(x.shape[2], k[0], s[0], p[0], p[2], 1, attrs["ceil_mode"])
+    ow = spatial_out(x.shape[3], k[1], s[1], p[1], p[3], 1, attrs["ceil_mode"])
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], oh, ow))]
+
+
+def pool_windows(x: np.ndarray, attrs: dict[str, Any], pad_value: float, out_hw: tuple[int, int]) -> np.ndarray:
+    """Windows over x padded with pad_value (declared pads) and NaN (ceil-mode overhang)."""
+    k = attrs["kernel"]
+    s = attr_list(attrs, "strides", 2, 1)
+    p = attrs["pads"]
+    oh, ow = out_hw
+    need_h = (oh - 1) * s[0] + k[0]
+    need_w = (ow - 1) * s[1] + k[1]
+    h, w = x.shape[2] + p[0] + p[2], x.shape[3] + p[1] + p[3]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])), constant_values=pad_value)
+    extra_h, extra_w = max(0, need_h - h), max(0, need_w - w)
+    if extra_h or extra_w:
+        xp = np.pad(xp, ((0, 0), (0, 0), (0, extra_h), (0, extra_w)), constant_values=np.nan)
+    return windows(xp, k, s, (1, 1))
+
+
+@register
+class MaxPool(OpDef):
+    """Max over KHxKW windows."""
+
+    attrs = _POOL_ATTRS
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        return _pool_infer(types, attrs)
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        out = node.outputs[0].type.shape
+        win = pool_windows(xs[0], node.attrs, -np.inf, (int(out[2]), int(out[3])))
+        return [np.nanmax(win, axis=(4, 5)).astype(xs[0].dtype)]
+
+
+@register
+class AvgPool(OpDef):
+    """Mean over KHxKW windows; count_include_pad counts declared padding as zeros."""
+
+    attrs = {**_POOL_ATTRS, "count_include_pad": AttrSpec("bool", False)}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        return _pool_infer(types, attrs)
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        out = node.outputs[0].type.shape
+        pad = 0.0 if node.attrs["count_include_pad"] else np.nan
+        win = pool_windows(xs[0], node.attrs, pad, (int(out[2]), int(out[3])))
+        return [np.nanmean(win, axis=(4, 5)).astype(xs[0].dtype)]
+
+
+class _GlobalPool(OpDef):
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        if x.rank < 3:
+            raise ValueError("global pooling needs rank >= 3")
+        return [TensorType(x.dtype, (*x.shape[:2],) + (1,) * (x.rank - 2))]
+
+
+@register
+class GlobalAvgPool(_GlobalPool):
+    """Mean over all spatial positions (keeps 1x1 spatial dims)."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        axes = tuple(range(2, x.ndim))
+        return [x.astype(np.float64).mean(axis=axes, keepdims=True).astype(x.dtype)]
+
+
+@register
+class GlobalMaxPool(_GlobalPool):
+    """Max over all spatial positions (keeps 1x1 spatial dims)."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
+
+
+@register
+class LRN(OpDef):
+    """Local response normalization across channels (ONNX semantics)."""
+
+    attrs = {
+        "size": AttrSpec("int"),
+        "alpha": AttrSpec("float", 1e-4),
+        "beta": AttrSpec("float", 0.75),
+        "bias": AttrSpec("float", 1.0),
+    }
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        size = node.attrs["size"]
+        lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+        sq = np.pad(x * x, ((0, 0), (lo, hi)) + ((0, 0),) * (x.ndim - 2))
+        csum = np.cumsum(sq, axis=1)
+        csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
+        window = csum[:, size:] - csum[:, :-size]
+        a, b, k = node.attrs["alpha"], node.attrs["beta"], node.attrs["bias"]
+        return [(x / (k + a / size * window) ** b).astype(xs[0].dtype)]

@@ -1,0 +1,304 @@
+"""Data-movement ops: concat/split, reshapes (views), transpose, pad, slice, reductions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qcc.ir.ops._common import norm_axis, prod
+from qcc.ir.registry import AttrSpec, OpDef, register
+from qcc.ir.types import Dim, TensorType
+
+
+@register
+class Concat(OpDef):
+    """Join tensors along axis."""
+
+    inputs = ("xs*",)
+    attrs = {"axis": AttrSpec("int")}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        first = types[0]
+        axis = norm_axis(attrs["axis"], first.rank)
+        total = 0
+        for t in types:
+            if t.rank != first.rank or t.dtype != first.dtype:
+                raise ValueError(f"Concat inputs differ in rank/dtype: {first} vs {t}")
+            for i, (a, b) in enumerate(zip(t.shape, first.shape)):
+                if i != axis and a != b:
+                    raise ValueError(f"Concat inputs differ off the axis: {first.shape} vs {t.shape}")
+            if not isinstance(t.shape[axis], int):
+                raise ValueError("Concat axis dimension must be static")
+            total += int(t.shape[axis])
+        shape = list(first.shape)
+        shape[axis] = total
+        return [TensorType(first.dtype, tuple(shape))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.concatenate(xs, axis=node.attrs["axis"])]
+
+
+@register
+class Split(OpDef):
+    """Split along axis into parts of the given sizes."""
+
+    outputs = ("ys*",)
+    attrs = {"axis": AttrSpec("int"), "split": AttrSpec("ints")}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        axis = norm_axis(attrs["axis"], x.rank)
+        if sum(attrs["split"]) != x.shape[axis] or min(attrs["split"], default=0) < 0:
+            raise ValueError(f"split sizes {attrs['split']} do not add up to {x.shape[axis]}")
+        out = []
+        for size in attrs["split"]:
+            shape = list(x.shape)
+            shape[axis] = size
+            out.append(TensorType(x.dtype, tuple(shape)))
+        return out
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        bounds = np.cumsum(node.attrs["split"])[:-1]
+        return [np.ascontiguousarray(p) for p in np.split(xs[0], bounds, axis=node.attrs["axis"])]
+
+
+def _reshape_target(shape: tuple[Dim, ...], target: list[int]) -> tuple[Dim, ...]:
+    out: list[Dim] = [shape[i] if d == 0 else d for i, d in enumerate(target)]
+    if out.count(-1) > 1:
+        raise ValueError(f"Reshape target {target} has more than one -1")
+    if -1 in out:
+        static_in = [d for d in shape if isinstance(d, int)]
+        sym_in = sorted(str(d) for d in shape if not isinstance(d, int))
+        sym_out = sorted(str(d) for d in out if not isinstance(d, int))
+        if sym_in != sym_out:
+            raise ValueError(f"cannot infer -1 in Reshape {target} of symbolic shape {shape}")
+        known = prod([d for d in out if isinstance(d, int) and d != -1])
+        total = prod(static_in)
+        if known == 0 or total % known:
+            raise ValueError(f"cannot reshape {shape} to {target}")
+        out[out.index(-1)] = total // known
+    elif all(isinstance(d, int) for d in shape) and prod(shape) != prod([int(d) for d in out]):  # type: ignore[misc]
+        raise ValueError(f"cannot reshape {shape} to {target}")
+    return tuple(out)
+
+
+@register
+class Reshape(OpDef):
+    """View with a new shape (0 copies the input dim, -1 is inferred)."""
+
+    attrs = {"shape": AttrSpec("ints")}
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        return [TensorType(types[0].dtype, _reshape_target(types[0].shape, attrs["shape"]))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(node.attrs["shape"])]
+        static = node.outputs[0].type.shape
+        # A batch bound to 1 at import keeps working for other batch sizes.
+        if x.shape and static and target and target[0] == static[0] == 1 and x.shape[0] != 1:
+            target[0] = x.shape[0]
+            if -1 in target[1:]:
+                pass
+            elif prod(target) != x.size:
+                target[0] = -1
+        return [x.reshape(target)]
+
+
+@register
+class Flatten(OpDef):
+    """View as 2-D: dims before axis, dims from axis on."""
+
+    attrs = {"axis": AttrSpec("int", 1)}
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        axis = attrs["axis"] % (x.rank + 1) if attrs["axis"] < 0 else attrs["axis"]
+        head, tail = x.shape[:axis], x.shape[axis:]
+        if not all(isinstance(d, int) for d in tail):
+            raise ValueError("Flatten: dims after axis must be static")
+        first: Dim = head[0] if len(head) == 1 else (prod([int(d) for d in head]) if all(isinstance(d, int) for d in head) else "N")
+        return [TensorType(x.dtype, (first, prod([int(d) for d in tail])))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        axis = node.attrs["axis"] % (x.ndim + 1) if node.attrs["axis"] < 0 else node.attrs["axis"]
+        return [x.reshape(prod(x.shape[:axis]), -1)]
+
+
+@register
+class Squeeze(OpDef):
+    """Drop size-1 axes (a view)."""
+
+    attrs = {"axes": AttrSpec("ints")}
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        axes = {norm_axis(a, x.rank) for a in attrs["axes"]}
+        for a in axes:
+            if x.shape[a] != 1:
+                raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}")
+        return [TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [xs[0].reshape([d for d in node.outputs[0].type.shape]) if node.outputs[0].type.is_static
+                else np.squeeze(xs[0], axis=tuple(node.attrs["axes"]))]
+
+
+@register
+class Unsqueeze(OpDef):
+    """Insert size-1 axes (a view)."""
+
+    attrs = {"axes": AttrSpec("ints")}
+    traits = frozenset({"view"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        rank = x.rank + len(attrs["axes"])
+        axes = sorted(norm_axis(a, rank) for a in attrs["axes"])
+        shape = list(x.shape)
+        for a in axes:
+            shape.insert(a, 1)
+        return [TensorType(x.dtype, tuple(shape))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        rank = xs[0].ndim + len(node.attrs["axes"])
+        return [np.expand_dims(xs[0], tuple(sorted(a % rank for a in node.attrs["axes"])))]
+
+
+@register
+class Transpose(OpDef):
+    """Permute axes."""
+
+    attrs = {"perm": AttrSpec("ints")}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        perm = attrs["perm"]
+        if sorted(perm) != list(range(x.rank)):
+            raise ValueError(f"perm {perm} is not a permutation of rank {x.rank}")
+        return [TensorType(x.dtype, tuple(x.shape[p] for p in perm))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.ascontiguousarray(np.transpose(xs[0], node.attrs["perm"]))]
+
+
+@register
+class Pad(OpDef):
+    """Pad with pads = all begins then all ends (ONNX order)."""
+
+    attrs = {"pads": AttrSpec("ints"), "mode": AttrSpec("str", "constant"), "value": AttrSpec("float", 0.0)}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        pads = attrs["pads"]
+        if len(pads) != 2 * x.rank:
+            raise ValueError(f"pads needs {2 * x.rank} values, got {len(pads)}")
+        if attrs["mode"] not in ("constant", "reflect", "edge"):
+            raise ValueError(f"unknown pad mode {attrs['mode']!r}")
+        shape = [d if isinstance(d, str) else d + pads[i] + pads[i + x.rank] for i, d in enumerate(x.shape)]
+        return [TensorType(x.dtype, tuple(shape))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        pads = node.attrs["pads"]
+        width = [(pads[i], pads[i + x.ndim]) for i in range(x.ndim)]
+        mode = node.attrs["mode"]
+        if mode == "constant":
+            return [np.pad(x, width, constant_values=node.attrs["value"])]
+        return [np.pad(x, width, mode=mode)]
+
+
+@register
+class Slice(OpDef):
+    """x[starts:ends:steps] on the given axes (ONNX clamping semantics)."""
+
+    attrs = {"starts": AttrSpec("ints"), "ends": AttrSpec("ints"), "axes": AttrSpec("ints"),
+             "steps": AttrSpec("ints", [])}
+
+    @staticmethod
+    def _slices(shape: tuple[Dim, ...], attrs: dict[str, Any]) -> list[slice]:
+        slices = [slice(None)] * len(shape)
+        steps = attrs["steps"] or [1] * len(attrs["axes"])
+        for start, end, axis, step in zip(attrs["starts"], attrs["ends"], attrs["axes"], steps):
+            slices[norm_axis(axis, len(shape))] = slice(start, end, step)
+        return slices
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        slices = Slice._slices(x.shape, attrs)
+        shape: list[Dim] = []
+        for d, s in zip(x.shape, slices):
+            if s == slice(None):
+                shape.append(d)
+            elif not isinstance(d, int):
+                raise ValueError("cannot slice a symbolic dimension")
+            else:
+                shape.append(len(range(*s.indices(d))))
+        return [TensorType(x.dtype, tuple(shape))]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.ascontiguousarray(xs[0][tuple(Slice._slices(xs[0].shape, node.attrs))])]
+
+
+class _Reduce(OpDef):
+    attrs = {"axes": AttrSpec("ints"), "keepdims": AttrSpec("bool", True)}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x = types[0]
+        axes = {norm_axis(a, x.rank) for a in attrs["axes"]}
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if attrs["keepdims"] else [
+            d for i, d in enumerate(x.shape) if i not in axes]
+        return [TensorType(x.dtype, tuple(shape))]
+
+
+@register
+class ReduceMean(_Reduce):
+    """Mean over axes."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [x.astype(np.float64).mean(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"]).astype(x.dtype)]
+
+
+@register
+class ReduceSum(_Reduce):
+    """Sum over axes."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [x.astype(np.float64).sum(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"]).astype(x.dtype)]
+
+
+@register
+class ReduceMax(_Reduce):
+    """Max over axes."""
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [xs[0].max(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"])]

@@ -1,0 +1,121 @@
+"""The quantize/dequantize arithmetic every part of qcc shares (simulation, backends, tests).
+
+Affine follows ONNX QuantizeLinear/DequantizeLinear as ONNX Runtime computes them: x / scale in
+float32 (float64 for int32 biases, as ORT's quantizer does), round half to even, add the zero
+point, saturate to the dtype; dequantize is (q - zp) * scale in float32.
+
+Fixed point follows nnabla (.nnb FIXED8/FIXED16): value = q * 2**-frac with q saturated to the
+full two's-complement range of `bits`: FIXED8 [-128, 127], FIXED16 [-32768, 32767] (nnabla's
+converter: np.clip(round(x * 2**fp), -0x7fff - 1, 0x7fff) / (-128, 127); nnabla-c-runtime's
+set_int8/set_int16 and saturate*_to_8/16 use INT8_MIN..INT8_MAX / INT16_MIN..INT16_MAX).
+Rounding 'half_even' is the converter's for parameters (np.round); 'trunc' is the runtime's for
+everything it computes (setters cast float to int, kernels rescale by C integer division).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qcc.errors import UsageError
+
+AFFINE_DTYPES: dict[str, tuple[int, int]] = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),
+}
+
+ROUNDINGS = ("half_even", "trunc")
+
+
+def fixed_bounds(bits: int) -> tuple[int, int]:
+    """Saturation bounds of a signed `bits`-bit fixed-point value (nnabla: full range)."""
+    if not 2 <= bits <= 32:
+        raise UsageError(f"fixed-point bits must be in 2..32, not {bits}")
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _fixed_storage(bits: int) -> np.dtype:
+    return np.dtype(np.int8 if bits <= 8 else np.int16 if bits <= 16 else np.int32)
+
+
+def _channel_shape(x: np.ndarray, values: np.ndarray, axis: int | None) -> np.ndarray:
+    """Per-channel parameters reshaped to broadcast along `axis` of x."""
+    if axis is None or values.ndim == 0:
+        return values
+    if not -x.ndim <= axis < x.ndim:
+        raise UsageError(f"quantization axis {axis} out of range for shape {x.shape}")
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def quantize_affine(
+    x: np.ndarray,
+    scale: float | np.ndarray,
+    zero_point: int | np.ndarray,
+    dtype: str,
+    axis: int | None = None,
+) -> np.ndarray:
+    """q = saturate(round_half_even(x / scale) + zero_point) as `dtype`; per channel with axis."""
+    if dtype not in AFFINE_DTYPES:
+        raise UsageError(f"affine dtype must be one of {sorted(AFFINE_DTYPES)}, not {dtype!r}")
+    work = np.float64 if dtype == "int32" else np.float32
+    x = np.asarray(x, dtype=work)
+    s = _channel_shape(x, np.asarray(scale, dtype=work), axis)
+    zp = _channel_shape(x, np.asarray(zero_point, dtype=work), axis)
+    lo, hi = AFFINE_DTYPES[dtype]
+    q = np.rint(x / s)
+    q += zp
+    np.clip(q, lo, hi, out=q)
+    return q.astype(dtype)
+
+
+def dequantize_affine(
+    q: np.ndarray,
+    scale: float | np.ndarray,
+    zero_point: int | np.ndarray,
+    axis: int | None = None,
+) -> np.ndarray:
+    """(q - zero_point) * scale in float32."""
+    q = np.asarray(q)
+    zp = _channel_shape(q, np.asarray(zero_point, dtype=np.int64), axis)
+    s = _channel_shape(q, np.asarray(scale, dtype=np.float32), axis)
+    return (q.astype(np.int64) - zp).astype(np.float32) * s
+
+
+def fake_quant_affine(
+    x: np.ndarray,
+    scale: float | np.ndarray,
+    zero_point: int | np.ndarray,
+    dtype: str,
+    axis: int | None = None,
+) -> np.ndarray:
+    """x after an affine round trip (QuantizeLinear then DequantizeLinear), float32."""
+    return dequantize_affine(quantize_affine(x, scale, zero_point, dtype, axis), scale, zero_point, axis)
+
+
+def quantize_fixed(
+    x: np.ndarray, bits: int, frac: int, rounding: str = "half_even"
+) -> np.ndarray:
+    """Signed integers q with q * 2**-frac ~ x, saturated to fixed_bounds(bits).
+
+    Stored as int8 / int16 / int32 for bits <= 8 / 16 / 32. The scaling by 2**frac is exact;
+    'trunc' rounds toward zero (nnabla-c-runtime), 'half_even' to nearest even (nnabla's
+    converter). NaN has no defined result, as in the runtime.
+    """
+    if rounding not in ROUNDINGS:
+        raise UsageError(f"rounding must be one of {ROUNDINGS}, not {rounding!r}")
+    lo, hi = fixed_bounds(bits)
+    x = np.asarray(x)
+    work = np.float64 if bits > 24 or x.dtype == np.float64 else np.float32
+    t = np.ldexp(np.asarray(x, dtype=work), frac)
+    q = np.rint(t) if rounding == "half_even" else np.trunc(t)
+    np.clip(q, lo, hi, out=q)
+    return q.astype(_fixed_storage(bits))
+
+
+def dequantize_fixed(q: np.ndarray, frac: int) -> np.ndarray:
+    """q * 2**-frac in float32 (exact for |q| < 2**24)."""
+    return np.ldexp(np.asarray(q, dtype=np.float32), -frac)

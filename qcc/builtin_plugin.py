@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from qcc.plugins import Plugin
+from qcc.plugins import API_VERSION, Plugin
 
 BUILTINS = Plugin(
+    api_version=API_VERSION,
     passes={
         "dce": "qcc.passes.cleanup:DeadCodeElimination",
         "fold-constants": "qcc.passes.cleanup:FoldConstants",

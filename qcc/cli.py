@@ -25,11 +25,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
     )
     parser.add_argument("--version", action="version", version=f"qcc {__version__}")
-    parser.add_argument("--no-plugins", action="store_true", help="do not load qcc.plugins entry points")
-    parser.add_argument("--debug", action="store_true", help="show a stack trace on errors")
+    _add_common(parser, False)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_common(common, argparse.SUPPRESS)  # also after the subcommand, without overriding
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES)
+    c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES, parents=[common])
     c.add_argument("model", help="input model (.onnx, .nnp, .pt2)")
     c.add_argument("-o", "--output", required=True, help="output file (.onnx/.nnb/.nnp) or directory (c)")
     c.add_argument("--target", help="onnx | onnx-qdq | nnb | nnp | c (default: from the output's extension)")
@@ -54,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
 
-    i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)")
+    i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)",
+                       parents=[common])
     i.add_argument("model")
     i.add_argument("--memory", action="store_true", help="memory plan table and bounds")
     i.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME", help="size tensors for a scheme")
@@ -63,9 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--executor", help=".nnp executor name")
     i.add_argument("--batch-size", type=int, help="bind the batch dimension")
 
-    sub.add_parser("passes", help="list passes with their options and one-line docs")
-    sub.add_parser("plugins", help="list plugin distributions and what they contribute")
+    sub.add_parser("passes", help="list passes with their options and one-line docs", parents=[common])
+    sub.add_parser("plugins", help="list plugin distributions and what they contribute", parents=[common])
     return parser
+
+
+def _add_common(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--no-plugins", action="store_true", default=default,
+                        help="do not load qcc.plugins entry points (also QCC_DISABLE_PLUGIN_AUTOLOAD=1)")
+    parser.add_argument("--debug", action="store_true", default=default, help="show a stack trace on errors")
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -100,20 +108,21 @@ def _cmd_passes(args: argparse.Namespace) -> int:
     reg = registry()
     for name in reg.names("pass"):
         cls = reg.pass_class(name)
-        dist = reg.entry("pass", name).distribution
-        print(f"{name}  [{dist}]")
-        print(f"    {cls.doc()}")
+        print(f"{name}  [{reg.entry('pass', name).distribution}]")
+        print(f"    {cls.doc() or '(no description)'}")
         for opt in cls.options():
-            print(f"    --{opt.name}: {opt.type_text} = {opt.default!r}")
+            print(f"    {opt.name}: {opt.type_text} = {opt.default!r}" + (f"  ({opt.help})" if opt.help else ""))
+        if cls.requires:
+            print(f"    requires: {', '.join(cls.requires)}")
     return 0
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
     from qcc.plugins import registry
 
-    for dist, version, names in registry().distributions:
-        print(f"{dist} {version}".rstrip())
-        for name in names:
+    for dist in registry().distributions:
+        print(f"{dist.name} {dist.version}".rstrip())
+        for name in dist.contributions:
             print(f"    {name}")
     return 0
 
@@ -124,6 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if not args.debug:
+        import warnings
+
+        warnings.simplefilter("ignore")
     if args.no_plugins:
         from qcc.plugins import set_autoload
 

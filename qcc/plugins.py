@@ -1,15 +1,18 @@
 """Plugin loading: passes, frontends and backends by name, built-ins registered the same way.
 
-Each `qcc.plugins` entry point names a `Plugin` object. Factories are lazy ("module:attr" strings
-or callables), so listing names never imports a heavy framework. Discovery order is sorted by
-distribution and entry-point name, so it is the same on every machine.
+Each `qcc.plugins` entry point names a `Plugin` object (or a zero-argument callable returning
+one). Factories are lazy ("module:attr" strings or callables), so listing names never imports a
+heavy framework. Discovery order is sorted by distribution and entry-point name, so it is the same
+on every machine, and a name two distributions both claim is an error naming both: silently
+letting one win would make a pipeline mean different things on different machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -19,6 +22,8 @@ from qcc.errors import QccError, UsageError
 API_VERSION = 1
 ENTRY_POINT_GROUP = "qcc.plugins"
 BUILTIN = "qcc (built-in)"
+DISABLE_ENV = "QCC_DISABLE_PLUGIN_AUTOLOAD"
+KINDS = ("pass", "frontend", "backend")
 
 Factory = Any  # "module:attr" or a zero-argument callable returning the object
 
@@ -32,12 +37,24 @@ class PluginError(QccError):
 
 @attrs.frozen
 class Plugin:
-    """What a plugin contributes. Point a `qcc.plugins` entry point at an instance of this."""
+    """What a plugin contributes. Point a `qcc.plugins` entry point at an instance of this.
 
-    api_version: int = API_VERSION
+    `api_version` is required (no default) so a plugin states the API it was written against
+    and a qcc with a different one refuses it instead of failing somewhere later.
+    """
+
+    api_version: int
     passes: Mapping[str, Factory] = attrs.field(factory=dict)
     frontends: Mapping[str, Factory] = attrs.field(factory=dict)
     backends: Mapping[str, Factory] = attrs.field(factory=dict)
+
+    def tables(self) -> list[tuple[str, Mapping[str, Factory]]]:
+        return [("pass", self.passes), ("frontend", self.frontends), ("backend", self.backends)]
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @attrs.define
@@ -55,7 +72,7 @@ class Entry:
                 if isinstance(target, str):
                     module, _, attr = target.partition(":")
                     obj: Any = importlib.import_module(module)
-                    for part in attr.split("."):
+                    for part in filter(None, attr.split(".")):
                         obj = getattr(obj, part)
                     self._loaded = obj
                 else:
@@ -64,33 +81,47 @@ class Entry:
                 raise
             except Exception as exc:
                 raise PluginError(
-                    f"{self.kind} {self.name!r} from {self.distribution} failed to load: {type(exc).__name__}: {exc}"
+                    f"{self.kind} {self.name!r} from {self.distribution} failed to load: {_one_line(exc)}"
                 ) from exc
         return self._loaded
+
+
+@attrs.frozen
+class Distribution:
+    """One registered source of names: `qcc plugins` prints these."""
+
+    name: str
+    version: str
+    contributions: tuple[str, ...]
 
 
 @attrs.define
 class Registry:
     entries: dict[tuple[str, str], Entry] = attrs.field(factory=dict)
-    distributions: list[tuple[str, str, list[str]]] = attrs.field(factory=list)
+    distributions: list[Distribution] = attrs.field(factory=list)
 
     def add_plugin(self, plugin: Any, distribution: str, version: str = "") -> None:
+        """Add every contribution or none (a conflict leaves the registry as it was)."""
         if not isinstance(plugin, Plugin):
-            raise PluginError(f"plugin from {distribution} is a {type(plugin).__name__}, not qcc.plugins.Plugin")
+            raise PluginError(f"plugin from {distribution} is a {type(plugin).__name__}, not qcc.Plugin")
         if plugin.api_version != API_VERSION:
             raise PluginError(
-                f"plugin from {distribution} targets qcc plugin API {plugin.api_version}, this qcc has {API_VERSION}"
+                f"plugin from {distribution} targets qcc plugin API {plugin.api_version!r}, "
+                f"this qcc {_qcc_version()} has API {API_VERSION}"
             )
-        names: list[str] = []
-        for kind, table in (("pass", plugin.passes), ("frontend", plugin.frontends), ("backend", plugin.backends)):
+        new: dict[tuple[str, str], Entry] = {}
+        for kind, table in plugin.tables():
             for name, factory in table.items():
+                if not isinstance(name, str) or not name:
+                    raise PluginError(f"plugin from {distribution} has a {kind} with an invalid name {name!r}")
                 key = (kind, name)
                 if key in self.entries:
                     other = self.entries[key].distribution
                     raise PluginError(f"{kind} {name!r} is provided by both {other} and {distribution}")
-                self.entries[key] = Entry(kind, name, factory, distribution)
-                names.append(f"{kind}:{name}")
-        self.distributions.append((distribution, version, names))
+                new[key] = Entry(kind, name, factory, distribution)
+        self.entries.update(new)
+        names = tuple(f"{kind}:{name}" for kind, name in new)
+        self.distributions.append(Distribution(distribution, version, names))
 
     def names(self, kind: str) -> list[str]:
         return sorted(name for k, name in self.entries if k == kind)
@@ -103,9 +134,16 @@ class Registry:
         return entry
 
     def pass_class(self, name: str) -> Any:
-        cls = self.entry("pass", name).load()
+        from qcc.pm.base import Pass
+
+        entry = self.entry("pass", name)
+        cls = entry.load()
+        if not (isinstance(cls, type) and issubclass(cls, Pass)):
+            raise PluginError(f"pass {name!r} from {entry.distribution} is {cls!r}, not a qcc.Pass subclass")
         if getattr(cls, "name", None) != name:
-            raise PluginError(f"pass {name!r} loads a class whose name is {getattr(cls, 'name', None)!r}")
+            raise PluginError(
+                f"pass {name!r} from {entry.distribution} loads {cls.__name__}, whose name is {cls.name!r}"
+            )
         return cls
 
     def frontend(self, name: str) -> Any:
@@ -119,6 +157,12 @@ _REGISTRY: Registry | None = None
 _AUTOLOAD = True
 
 
+def _qcc_version() -> str:
+    from qcc import __version__
+
+    return __version__
+
+
 def set_autoload(enabled: bool) -> None:
     """`--no-plugins`: only built-ins (takes effect for the next `registry()` build)."""
     global _AUTOLOAD, _REGISTRY
@@ -127,45 +171,89 @@ def set_autoload(enabled: bool) -> None:
 
 
 def autoload_enabled() -> bool:
-    return _AUTOLOAD and os.environ.get("QCC_DISABLE_PLUGIN_AUTOLOAD", "") not in ("1", "true", "yes")
+    """False under `--no-plugins` or QCC_DISABLE_PLUGIN_AUTOLOAD=1 (pytest's convention)."""
+    return _AUTOLOAD and os.environ.get(DISABLE_ENV, "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def discovered() -> list[Any]:
+    """The `qcc.plugins` entry points in load order: by distribution name, then entry name."""
+    from importlib.metadata import entry_points
+
+    def key(ep: Any) -> tuple[str, str]:
+        dist = getattr(ep, "dist", None)
+        return ((dist.name if dist else "").lower().replace("_", "-"), ep.name)
+
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=key)
 
 
 def _discover(reg: Registry) -> None:
-    from importlib.metadata import entry_points
-
-    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ((ep.dist.name if ep.dist else ""), ep.name))
-    for ep in found:
-        dist = ep.dist.name if ep.dist else ep.value
-        version = ep.dist.version if ep.dist else ""
+    for ep in discovered():
+        dist_info = getattr(ep, "dist", None)
+        dist = dist_info.name if dist_info else f"<unknown distribution of {ep.value}>"
+        version = dist_info.version if dist_info else ""
+        where = f"plugin {ep.name!r} ({ep.value}) from distribution {dist} {version}".rstrip()
         try:
             plugin = ep.load()
+            if callable(plugin) and not isinstance(plugin, Plugin):
+                plugin = plugin()
+        except QccError as exc:
+            raise PluginError(f"{where} failed to import: {exc}") from exc
         except Exception as exc:
-            raise PluginError(f"plugin {ep.name!r} from distribution {dist} failed to import: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(f"{where} failed to import: {_one_line(exc)}") from exc
         reg.add_plugin(plugin, dist, version)
 
 
 def registry() -> Registry:
+    """The process-wide registry: built-ins first, then (unless disabled) the entry points."""
     global _REGISTRY
     if _REGISTRY is None:
-        from qcc import __version__
         from qcc.builtin_plugin import BUILTINS
 
         reg = Registry()
-        reg.add_plugin(BUILTINS, BUILTIN, __version__)
+        reg.add_plugin(BUILTINS, BUILTIN, _qcc_version())
         if autoload_enabled():
             _discover(reg)
         _REGISTRY = reg
     return _REGISTRY
 
 
-def register_pass(cls: Any, distribution: str = "in-process") -> Any:
-    """Register a pass class from Python without packaging it (also usable as a decorator)."""
-    registry().add_plugin(Plugin(passes={cls.name: (lambda: cls)}), distribution)
+@contextlib.contextmanager
+def scoped_registry(autoload: bool = False) -> Iterator[Registry]:
+    """A fresh registry for the block (tests registering passes), the old one restored after."""
+    global _AUTOLOAD, _REGISTRY
+    saved = (_AUTOLOAD, _REGISTRY)
+    _AUTOLOAD, _REGISTRY = autoload, None
+    try:
+        yield registry()
+    finally:
+        _AUTOLOAD, _REGISTRY = saved
+
+
+def register_pass(cls: Any, distribution: str | None = None) -> Any:
+    """Register a pass class from Python without packaging it (also usable as a decorator).
+
+    Registering the same class twice is a no-op; another class under a taken name is an error.
+    """
+    from qcc.pm.base import Pass
+
+    if not (isinstance(cls, type) and issubclass(cls, Pass)) or not cls.name:
+        raise UsageError(f"register_pass: {cls!r} is not a qcc.Pass subclass with a non-empty `name`")
+    reg = registry()
+    existing = reg.entries.get(("pass", cls.name))
+    if existing is not None and existing._loaded is cls:
+        return cls
+    reg.add_plugin(Plugin(api_version=API_VERSION, passes={cls.name: _constant(cls)}),
+                   distribution or f"{cls.__module__} (in-process)")
     return cls
 
 
 def register(plugin: Plugin, distribution: str = "in-process") -> None:
+    """Register a whole plugin from Python (passes, frontends and backends)."""
     registry().add_plugin(plugin, distribution)
+
+
+def _constant(obj: Any) -> Callable[[], Any]:
+    return lambda: obj
 
 
 def frontend_for(path: str, explicit: str | None = None) -> Any:
@@ -196,6 +284,3 @@ def backend_for(out: str, explicit: str | None = None) -> Any:
         if "c" in reg.names("backend"):
             return reg.backend("c")
     raise UsageError(f"{out}: cannot tell the target from the extension; pass --target ({', '.join(reg.names('backend'))})")
-
-
-LazyCallable = Callable[[], Any]

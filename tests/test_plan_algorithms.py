@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qcc.errors import UsageError
+from qcc.errors import UnsupportedError, UsageError
 from qcc.plan import (
     FITS,
     ORDERS,
@@ -20,6 +20,7 @@ from qcc.plan import (
     ArenaPlan,
     Buffer,
     SharedPlan,
+    conflicts,
     lb_offsets,
     lb_shared,
     naive_size,
@@ -30,8 +31,10 @@ from qcc.plan import (
     verify_arena,
     verify_shared,
 )
+from qcc.plan.arena import _branch_and_bound
 from qcc.plan.bounds import positional_maxima_arrays
-from qcc.plan.intervals import as_arrays
+from qcc.plan.intervals import as_arrays, conflict_lists, conflict_pairs
+from qcc.plan.shared import greedy_by_breadth, greedy_by_size_improved
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -73,7 +76,9 @@ def first_fit_total(bufs, order):
     for i in order:
         b = bufs[i]
         used = sorted(
-            (off[j], off[j] + bufs[j].size) for j in off if bufs[j].first <= b.last and b.first <= bufs[j].last
+            (off[j], off[j] + bufs[j].size)
+            for j in off
+            if bufs[j].first <= b.last and b.first <= bufs[j].last
         )
         top, at = 0, None
         for lo, hi in used:
@@ -94,13 +99,18 @@ def opt_by_grid(bufs):
     """Every integer offset combination (tiny cases only)."""
     span = sum(b.size for b in bufs)
     best = span
-    pairs = [(i, j) for i, j in itertools.combinations(range(len(bufs)), 2)
-             if bufs[i].first <= bufs[j].last and bufs[j].first <= bufs[i].last]
+    pairs = [
+        (i, j)
+        for i, j in itertools.combinations(range(len(bufs)), 2)
+        if bufs[i].first <= bufs[j].last and bufs[j].first <= bufs[i].last
+    ]
     for offs in itertools.product(*(range(span - b.size + 1) for b in bufs)):
         top = max((o + b.size for o, b in zip(offs, bufs)), default=0)
         if top >= best:
             continue
-        if all(offs[i] + bufs[i].size <= offs[j] or offs[j] + bufs[j].size <= offs[i] for i, j in pairs):
+        if all(
+            offs[i] + bufs[i].size <= offs[j] or offs[j] + bufs[j].size <= offs[i] for i, j in pairs
+        ):
             best = top
     return best
 
@@ -147,6 +157,42 @@ def test_branch_and_bound_equals_brute_force(bufs):
     plan = plan_arena(bufs, orders=("first-use",), fits=("first-fit",))
     assert verify_arena(bufs, plan) == []
     assert plan.optimal
+    assert plan.total == opt_by_permutations(bufs)
+
+
+@st.composite
+def tight_buffer_sets(draw):
+    """Every step filled to exactly `height`: the instances where OPT can exceed LB_off."""
+    height = draw(st.integers(2, 5))
+    live: list[tuple[int, int, int]] = []
+    rows: list[tuple[int, int, int]] = []
+    for step in range(draw(st.integers(1, 5))):
+        live = [r for r in live if r[2] >= step]
+        load = sum(r[0] for r in live)
+        while load < height and len(rows) < 7:
+            size = draw(st.integers(1, height - load))
+            row = (size, step, step + draw(st.integers(0, 2)))
+            live.append(row)
+            rows.append(row)
+            load += size
+    return [Buffer(f"t{i}", *r) for i, r in enumerate(rows)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(tight_buffer_sets())
+def test_exact_search_alone_finds_the_optimum(bufs):
+    arr = as_arrays(bufs)
+    upper = naive_size(bufs) + 1  # no heuristic incumbent: the search does all the work
+    found, proved = _branch_and_bound(arr, conflict_lists(arr), lb_offsets(bufs), upper, 10.0)
+    assert proved and found is not None
+    plan = ArenaPlan(
+        dict(zip(arr.names, found)),
+        max(o + b.size for o, b in zip(found, bufs)),
+        lb_offsets(bufs),
+        "branch-and-bound",
+        True,
+    )
+    assert verify_arena(bufs, plan) == []
     assert plan.total == opt_by_permutations(bufs)
 
 
@@ -216,6 +262,92 @@ def test_every_shared_plan_verifies(bufs):
         assert len(plan.buffer_sizes) >= peak_count
     assert plans[0].total <= min(p.total for p in plans[2:])
     assert plans[-1].method == ("greedy-size-improved-static" if bufs else "greedy-size-improved")
+
+
+def breadth_reference(bufs):
+    """TFLite GPU GreedyByBreadthAssignment written out literally: every step's profile, steps
+    by decreasing breadth (ties: earlier step), tensors by decreasing size (ties: input order)."""
+    ids: list[int | None] = [None] * len(bufs)
+    sizes: list[int] = []
+    schedules: list[list[Buffer]] = []
+    steps = range(min(b.first for b in bufs), max(b.last for b in bufs) + 1)
+    profile = {t: [i for i, b in enumerate(bufs) if b.first <= t <= b.last] for t in steps}
+    breadth = {t: sum(bufs[i].size for i in profile[t]) for t in steps}
+    for t in sorted(steps, key=lambda t: (-breadth[t], t)):
+        for i in sorted(profile[t], key=lambda i: (-bufs[i].size, i)):
+            if ids[i] is not None:
+                continue
+            need, best = bufs[i].size, None
+            for o, cur in enumerate(sizes):
+                if best is not None:
+                    if sizes[best] < need:
+                        if cur <= sizes[best]:
+                            continue
+                    elif cur < need or cur >= sizes[best]:
+                        continue
+                if not any(conflicts(bufs[i], other) for other in schedules[o]):
+                    best = o
+            if best is None:
+                best = len(sizes)
+                sizes.append(need)
+                schedules.append([])
+            schedules[best].append(bufs[i])
+            sizes[best] = max(sizes[best], need)
+            ids[i] = best
+    return ids
+
+
+def size_dist_reference(bufs):
+    """TFLite GPU GreedyBySizeDistPriorityAssignment written out literally (O(n^2))."""
+    inf = float("inf")
+    maxima = brute_maxima(bufs)
+    n = len(bufs)
+    position = [sum(m >= b.size for m in maxima) - 1 for b in bufs]
+    dist: list[list[float]] = [[] for _ in bufs]
+    best_dist, best_obj = [inf] * n, [0] * n
+    ids: list[int | None] = [None] * n
+    objects = 0
+
+    def gap(a, b):
+        if a.last < b.first:
+            return b.first - a.last
+        return a.first - b.last if b.last < a.first else inf
+
+    for _ in range(n):
+        open_ = [i for i in range(n) if ids[i] is None]
+        b = min(open_, key=lambda i: (position[i], best_dist[i], -bufs[i].size, i))
+        new = best_dist[b] == inf
+        obj = objects if new else best_obj[b]
+        objects += new
+        ids[b] = obj
+        for r in open_:
+            if r == b or (not new and dist[r][obj] == inf):
+                continue
+            d = gap(bufs[r], bufs[b])
+            if new:
+                dist[r].append(d)
+            elif d == inf:
+                dist[r][obj] = inf
+                if best_obj[r] == obj:
+                    best_dist[r] = inf
+                    for o, x in enumerate(dist[r]):
+                        if x < best_dist[r]:
+                            best_dist[r], best_obj[r] = x, o
+            else:
+                dist[r][obj] = min(dist[r][obj], d)
+            if d < best_dist[r]:
+                best_dist[r], best_obj[r] = d, obj
+    return ids
+
+
+@SETTINGS
+@given(buffer_sets(max_n=16))
+def test_shared_greedies_match_their_literal_definitions(bufs):
+    arr = as_arrays(bufs)
+    if bufs:
+        assert greedy_by_breadth(arr) == breadth_reference(bufs)
+    maxima = positional_maxima_arrays(arr)
+    assert greedy_by_size_improved(arr, maxima) == size_dist_reference(bufs)
 
 
 def nnabla_reference(bufs, num_functions):
@@ -295,9 +427,9 @@ def test_verifiers_report_every_problem():
 
 
 def test_invalid_buffers_are_usage_errors():
-    with pytest.raises(UsageError, match="'x'.*negative size"):
+    with pytest.raises(UsageError, match=r"'x'.*negative size"):
         Buffer("x", -1, 0, 0)
-    with pytest.raises(UsageError, match="'y'.*ends before it starts"):
+    with pytest.raises(UsageError, match=r"'y'.*ends before it starts"):
         Buffer("y", 1, 3, 2)
     with pytest.raises(UsageError, match="duplicate buffer names: 'z'"):
         plan_arena([Buffer("z", 1, 0, 0), Buffer("z", 1, 1, 1)])
@@ -305,6 +437,9 @@ def test_invalid_buffers_are_usage_errors():
         plan_arena([], orders=("random",))
     with pytest.raises(UsageError, match="alignment"):
         plan_arena([], alignment=0)
+    clique = as_arrays([Buffer(f"c{i}", 1, 0, 1) for i in range(6)])
+    with pytest.raises(UnsupportedError, match="6 buffers have 15 pairs"):
+        conflict_pairs(clique, limit=14)
 
 
 # ---------------------------------------------------------------- worst cases and scale

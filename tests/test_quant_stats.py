@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -95,7 +96,9 @@ def test_bins_match_independent_binning(x: np.ndarray) -> None:
     # |x| in [j*w, (j+1)*w): bin 64 + j for x >= 0, bin 63 - j for x < 0 and -0.0
     idx = np.where(neg, 63 - np.floor(u), 64 + np.floor(u)).astype(int)
     np.testing.assert_array_equal(s.hist, np.bincount(idx, minlength=128))
-    assert s.absmax < 2.0**s.log2_extent and (s.absmax >= 2.0 ** (s.log2_extent - 1) or s.log2_extent == -100)
+    assert s.absmax < 2.0**s.log2_extent and (
+        s.absmax >= 2.0 ** (s.log2_extent - 1) or s.log2_extent == -100
+    )
 
 
 def test_memory_is_independent_of_number_of_updates() -> None:
@@ -113,17 +116,22 @@ def test_memory_is_independent_of_number_of_updates() -> None:
 
 def test_per_channel_min_max_and_round_trip() -> None:
     rng = np.random.default_rng(1)
-    batches = [rng.standard_normal((3, 6, 4)).astype(np.float32) * np.arange(1, 7)[:, None] for _ in range(5)]
+    batches = [
+        rng.standard_normal((3, 6, 4)).astype(np.float32) * np.arange(1, 7)[:, None]
+        for _ in range(5)
+    ]
     a = TensorStats("x", channel_axis=-2)
     b = TensorStats("x", channel_axis=-2)
     for i, x in enumerate(batches):
         (a if i < 2 else b).update(x)
     m = a.merge(b)
     allx = np.concatenate(batches)
+    assert m.channel_min is not None and m.channel_max is not None
     np.testing.assert_array_equal(m.channel_min, allx.min(axis=(0, 2)))
     np.testing.assert_array_equal(m.channel_max, allx.max(axis=(0, 2)))
     back = TensorStats.from_dict(m.to_dict())
     _same(back, m)
+    assert back.channel_min is not None
     np.testing.assert_array_equal(back.channel_min, m.channel_min)
     with pytest.raises(InvalidInputError, match="'x'"):
         m.update(np.zeros((2, 5, 4), np.float32))
@@ -149,7 +157,9 @@ class _Reader:
         return next(self._it, None)
 
 
-def _ort_ranges(tmp_path: Path, batches: list[np.ndarray], method: str, **extra: object) -> tuple[float, float]:
+def _ort_ranges(
+    tmp_path: Path, batches: list[np.ndarray], method: str, **extra: object
+) -> tuple[float, float]:
     """Range ONNX Runtime's calibrator finds for graph input x (model y = x + 0)."""
     import onnx
     from onnx import TensorProto, helper
@@ -256,7 +266,9 @@ def test_expected_error_matches_real_quantization(dtype: str, symmetric: bool) -
     for t in (0.3, 2.0, 5.0, s.absmax):
         scale, zp = affine_params(-t, t * 0.8, dtype, symmetric)
         real = float(np.sum((fake_quant_affine(x, scale, zp, dtype).astype(np.float64) - x) ** 2))
-        model = expected_sq_error(s, np.array([scale]), np.array([scale * (qmax - zp)]), np.array([scale * (zp - qmin)]))
+        model = expected_sq_error(
+            s, np.array([scale]), np.array([scale * (qmax - zp)]), np.array([scale * (zp - qmin)])
+        )
         assert model[0] == pytest.approx(real, rel=0.02)
 
 
@@ -346,17 +358,26 @@ def test_affine_params_equal_onnxruntime(
     assert affine_params(lo, hi, dtype, symmetric, reduce_range) == (float(scale), int(zp))
 
 
-@pytest.mark.parametrize("dtype,symmetric,reduce_range", [("int8", True, False), ("int8", True, True), ("uint8", False, False), ("int16", False, True)])
-def test_weight_affine_params_equal_onnxruntime_per_channel(dtype: str, symmetric: bool, reduce_range: bool) -> None:
+@pytest.mark.parametrize(
+    "dtype,symmetric,reduce_range",
+    [("int8", True, False), ("int8", True, True), ("uint8", False, False), ("int16", False, True)],
+)
+def test_weight_affine_params_equal_onnxruntime_per_channel(
+    dtype: str, symmetric: bool, reduce_range: bool
+) -> None:
     from onnxruntime.quantization.quant_utils import compute_data_quant_params
 
     rng = np.random.default_rng(8)
-    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * rng.uniform(0.01, 5, (6, 1, 1, 1)).astype(np.float32)
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * rng.uniform(
+        0.01, 5, (6, 1, 1, 1)
+    ).astype(np.float32)
     w[2] = 0.0  # a dead channel: ORT's degenerate choice (scale 1, zero point 0)
     w[4] = np.abs(w[4])
     scales, zps = weight_affine_params(w, 0, dtype, symmetric, reduce_range)
     for c in range(6):
-        zp, scale = compute_data_quant_params(w[c].ravel(), ORT_TYPES[dtype], symmetric, reduce_range)
+        zp, scale = compute_data_quant_params(
+            w[c].ravel(), ORT_TYPES[dtype], symmetric, reduce_range
+        )
         assert (scales[c], zps[c]) == (scale, zp)
     s1, z1 = weight_affine_params(w, None, dtype, symmetric, reduce_range)
     zp, scale = compute_data_quant_params(w.ravel(), ORT_TYPES[dtype], symmetric, reduce_range)
@@ -366,11 +387,13 @@ def test_weight_affine_params_equal_onnxruntime_per_channel(dtype: str, symmetri
 # ---------------------------------------------------------------- numerics vs ORT kernels
 
 
-def _ort_qdq(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, dtype: str, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+def _ort_qdq(
+    x: np.ndarray, scale: np.ndarray, zp: np.ndarray, dtype: str, axis: int | None
+) -> tuple[np.ndarray, np.ndarray]:
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    attrs = {} if axis is None else {"axis": axis}
+    attrs: dict[str, Any] = {} if axis is None else {"axis": axis}
     graph = helper.make_graph(
         [
             helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **attrs),
@@ -420,7 +443,9 @@ def test_affine_numerics_equal_onnxruntime_kernels(dtype: str, axis: int | None)
     bits=st.sampled_from([8, 16]),
     frac=st.integers(-2, 15),
 )
-def test_quantize_fixed_follows_nnabla_saturation_and_rounding(x: np.ndarray, bits: int, frac: int) -> None:
+def test_quantize_fixed_follows_nnabla_saturation_and_rounding(
+    x: np.ndarray, bits: int, frac: int
+) -> None:
     qmin, qmax = fixed_bounds(bits)
     assert (qmin, qmax) == ((-128, 127) if bits == 8 else (-32768, 32767))
     half_even = quantize_fixed(x, bits, frac, "half_even")
@@ -431,7 +456,9 @@ def test_quantize_fixed_follows_nnabla_saturation_and_rounding(x: np.ndarray, bi
         assert he == min(max(round(scaled), qmin), qmax)  # Python round: half to even
         # nnabla-c-runtime set_int8/16: >= MAX -> MAX, <= MIN -> MIN, else C cast (toward zero)
         assert tr == (qmax if scaled >= qmax else qmin if scaled <= qmin else math.trunc(scaled))
-    np.testing.assert_array_equal(dequantize_fixed(half_even, frac), half_even.astype(np.float64) * 2.0**-frac)
+    np.testing.assert_array_equal(
+        dequantize_fixed(half_even, frac), half_even.astype(np.float64) * 2.0**-frac
+    )
 
 
 _POW2_EDGES = [2.0**k * f for k in range(-3, 17) for f in (1.0, 1 - 2**-24, 1 + 2**-23)]
@@ -439,11 +466,17 @@ _POW2_EDGES = [2.0**k * f for k in range(-3, 17) for f in (1.0, 1 - 2**-24, 1 + 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    values=st.lists(st.one_of(st.sampled_from(_POW2_EDGES), st.floats(0, 70000, width=32)), min_size=1, max_size=20),
+    values=st.lists(
+        st.one_of(st.sampled_from(_POW2_EDGES), st.floats(0, 70000, width=32)),
+        min_size=1,
+        max_size=20,
+    ),
     signs=st.lists(st.booleans(), min_size=20, max_size=20),
     bits=st.sampled_from([8, 16]),
 )
-def test_nnabla_position_rule_equals_nnabla_converter(values: list[float], signs: list[bool], bits: int) -> None:
+def test_nnabla_position_rule_equals_nnabla_converter(
+    values: list[float], signs: list[bool], bits: int
+) -> None:
     from nnabla.utils.converter.nnablart.nnb import NnbExporter
 
     nnabla_int_bit_num = NnbExporter._NnbExporter__compute_int_bit_num  # type: ignore[attr-defined]
@@ -452,24 +485,33 @@ def test_nnabla_position_rule_equals_nnabla_converter(values: list[float], signs
     int_bits = nnabla_int_bit_num(as_converter_sees_it)
     assert nnabla_int_bits(w) == int_bits
     assert param_fixed_point_position(w, bits, "nnabla") == bits - int_bits
-    assert param_fixed_point_position(w, bits, "nnabla", min_frac=0, max_frac=15) == min(max(bits - int_bits, 0), 15)
+    assert param_fixed_point_position(w, bits, "nnabla", min_frac=0, max_frac=15) == min(
+        max(bits - int_bits, 0), 15
+    )
 
 
 def test_param_positions_mse_is_best_and_maxabs_never_saturates() -> None:
     rng = np.random.default_rng(10)
     w = (rng.standard_normal(5000) * 0.2).astype(np.float32)
     w[0] = 1.9  # one outlier
-    for bits in (8, 16):
-        def err(p: int) -> float:
-            return float(np.sum((dequantize_fixed(quantize_fixed(w, bits, p), p).astype(np.float64) - w) ** 2))
 
+    def err(p: int, bits: int) -> float:
+        back = dequantize_fixed(quantize_fixed(w, bits, p), p).astype(np.float64)
+        return float(np.sum((back - w) ** 2))
+
+    for bits in (8, 16):
         best = param_fixed_point_position(w, bits, "mse")
-        assert err(best) == min(err(p) for p in range(-4, 30))
+        assert err(best, bits) == min(err(p, bits) for p in range(-4, 30))
         safe = param_fixed_point_position(w, bits, "maxabs")
         qmin, qmax = fixed_bounds(bits)
         q = quantize_fixed(w, bits, safe)
         assert q.max() < qmax or q.min() > qmin
-        assert np.abs(quantize_fixed(w, bits, safe + 1).astype(np.float64) - w * 2.0 ** (safe + 1)).max() > 1
+        assert (
+            np.abs(
+                quantize_fixed(w, bits, safe + 1).astype(np.float64) - w * 2.0 ** (safe + 1)
+            ).max()
+            > 1
+        )
         assert param_fixed_point_position(w, bits, "mse", min_frac=0, max_frac=3) <= 3
 
 
@@ -484,7 +526,10 @@ def test_activation_position_mse_matches_real_error(bits: int, rounding: str) ->
 
     chosen = fixed_point_position(s, bits, "mse", rounding=rounding)
     assert err(chosen) <= 1.01 * min(err(p) for p in range(-6, 30))
-    assert fixed_point_position(s, bits, "mse", rounding=rounding, min_frac=chosen + 1, max_frac=15) == chosen + 1
+    assert (
+        fixed_point_position(s, bits, "mse", rounding=rounding, min_frac=chosen + 1, max_frac=15)
+        == chosen + 1
+    )
     maxabs = fixed_point_position(s, bits, "maxabs", rounding=rounding)
     assert quantize_fixed(x, bits, maxabs, rounding).max() < fixed_bounds(bits)[1]
     assert maxabs <= chosen

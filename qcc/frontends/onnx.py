@@ -524,9 +524,13 @@ def _read(path: Path, max_bytes: int) -> Any:
     if size > max_bytes:
         raise InvalidInputError(f"{path}: file of {size} bytes is over the {max_bytes}-byte limit")
     data = path.read_bytes()
+    import warnings
+
     try:
-        proto = onnx.load_from_string(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            proto = onnx.load_from_string(data)
+    except (DecodeError, Exception) as exc:  # protobuf raises several types for corrupt bytes
         raise InvalidInputError(f"{path}: not a valid ONNX model ({type(exc).__name__}: {exc})") from None
     if not proto.HasField("graph"):
         raise InvalidInputError(f"{path}: not a valid ONNX model (no graph)")

@@ -8,6 +8,7 @@ one `OpDef` subclass in `qcc/ir/ops/` plus the frontend/backend mappings, nothin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -75,11 +76,11 @@ class OpSchema:
     doc: str = ""
 
     # -------------------------------------------------------------- arity
-    @property
+    @functools.cached_property
     def min_inputs(self) -> int:
         return sum(1 for n in self.inputs if not n.endswith(("?", "*")))
 
-    @property
+    @functools.cached_property
     def max_inputs(self) -> int | None:
         return None if any(n.endswith("*") for n in self.inputs) else len(self.inputs)
 

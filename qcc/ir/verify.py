@@ -49,6 +49,14 @@ def verify_graph(graph: Graph) -> list[str]:
 
     node_names: set[str] = set()
     on_graph = {id(n) for n in graph.nodes}
+    use_sets: dict[int, set[tuple[int, int]]] = {}
+
+    def recorded(value: Value, node: Any, index: int) -> bool:
+        uses = use_sets.get(id(value))
+        if uses is None:
+            uses = use_sets[id(value)] = {(id(n), i) for n, i in value._uses}
+        return (id(node), index) in uses
+
     for node in graph.nodes:
         where = f"node {node.name!r} ({node.op})"
         if node.name in node_names:
@@ -63,7 +71,7 @@ def verify_graph(graph: Graph) -> list[str]:
                     problems.append(f"{where}: input {value.name!r} is used before its producer {producer.name!r} (not in topological order)")
                 else:
                     problems.append(f"{where}: input {value.name!r} is not defined in the graph")
-            if (node, index) not in value._uses:
+            if not recorded(value, node, index):
                 problems.append(f"{where}: use-list of {value.name!r} misses this node")
         for value in node.outputs:
             if value.producer() is not node:

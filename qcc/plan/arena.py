@@ -84,9 +84,8 @@ def plan_arena(
     if not optimal and 0 < arr.n <= exact_limit:
         found, proved = _branch_and_bound(arr, adj, lower, best_total, time_budget)
         if found is not None:
-            best, best_total, method = found, max(o + s for o, s in zip(found, sizes)), (
-                "branch-and-bound"
-            )
+            best, method = found, "branch-and-bound"
+            best_total = max(o + s for o, s in zip(found, sizes))
         optimal = proved or best_total == lower
     offsets = {name: off * alignment for name, off in zip(arr.names, best)}
     return ArenaPlan(offsets, best_total * alignment, lower * alignment, method, optimal, alignment)
@@ -112,12 +111,12 @@ def _greedy(
 ) -> tuple[list[int], int] | None:
     """Place each buffer in the lowest (first-fit) or tightest (best-fit) gap between the placed
     buffers it conflicts with, else on top of them. None once the total reaches `cutoff`."""
-    offset = [-1] * len(sizes)
-    end = [0] * len(sizes)
+    span: list[tuple[int, int] | None] = [None] * len(sizes)  # (offset, end) once placed
     total = 0
     for i in order:
         size = sizes[i]
-        used = sorted([(offset[j], end[j]) for j in adj[i] if offset[j] >= 0])
+        # filter/map keep the per-neighbour work in C: this loop is the planner's hot spot
+        used = sorted(filter(None, map(span.__getitem__, adj[i])))  # type: ignore[arg-type]
         top = 0
         chosen = -1
         tightest = -1
@@ -130,13 +129,12 @@ def _greedy(
             if hi > top:
                 top = hi
         at = chosen if chosen >= 0 else top
-        offset[i] = at
-        end[i] = at + size
-        if end[i] > total:
-            total = end[i]
+        span[i] = (at, at + size)
+        if at + size > total:
+            total = at + size
             if cutoff is not None and total >= cutoff:
                 return None
-    return offset, total
+    return [s[0] if s else 0 for s in span], total
 
 
 class _OutOfTime(Exception):

@@ -15,7 +15,7 @@ from qcc.plan.intervals import Buffer, IntervalArrays, as_arrays, coverage
 
 # Above this many (buffer, maximal clique) pairs the positional maxima switch from the
 # vectorised clique expansion to an O(n log n) segment tree.
-_PAIR_LIMIT = 4_000_000
+_PAIR_LIMIT = 2_000_000
 
 
 def naive_size(buffers: Sequence[Buffer]) -> int:

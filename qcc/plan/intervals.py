@@ -12,7 +12,10 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from qcc.errors import UsageError
+from qcc.errors import UnsupportedError, UsageError
+
+# The conflict graph is materialised; real graphs have a few pairs per tensor.
+MAX_CONFLICT_PAIRS = 5_000_000
 
 
 @attrs.frozen
@@ -98,7 +101,9 @@ def coverage(arr: IntervalArrays, weights: np.ndarray) -> np.ndarray:
     return np.cumsum(diff[:-1])
 
 
-def conflict_pairs(arr: IntervalArrays) -> tuple[np.ndarray, np.ndarray]:
+def conflict_pairs(
+    arr: IntervalArrays, limit: int = MAX_CONFLICT_PAIRS
+) -> tuple[np.ndarray, np.ndarray]:
     """Every conflicting pair once, as (a, b) index arrays.
 
     Sorted by first step, buffer b conflicts with an earlier a exactly when b starts inside a's
@@ -109,6 +114,11 @@ def conflict_pairs(arr: IntervalArrays) -> tuple[np.ndarray, np.ndarray]:
     stop = np.searchsorted(fs, arr.lasts[order], side="right")
     count = stop - np.arange(1, arr.n + 1)
     total = int(count.sum())
+    if total > limit:
+        raise UnsupportedError(
+            f"{arr.n} buffers have {total} pairs of overlapping lifetimes (limit {limit}); "
+            "memory planning needs the conflict graph"
+        )
     src = np.repeat(np.arange(arr.n), count)
     # position of each pair's partner: src+1, src+2, ... within each run
     run_start = np.cumsum(count) - count

@@ -38,7 +38,7 @@ def nnabla_shared_plan(buffers: Sequence[Buffer]) -> SharedPlan:
         vacant = [k for k, end in enumerate(slot_free_after) if end < step]
         chosen = next((k for k in vacant if slot_sizes[k] >= needed), -1)
         if chosen < 0:
-            chosen = vacant[-1]
+            chosen = vacant[0]
             slot_sizes[chosen] = needed
         slot_free_after[chosen] = lasts[i]
         ids[i] = chosen

@@ -93,20 +93,15 @@ class _Objects:
         self.firsts: list[list[int]] = []
         self.lasts: list[list[int]] = []
 
-    def free(self, obj: int, first: int, last: int) -> bool:
+    def gap(self, obj: int, first: int, last: int) -> int:
+        """0 when the object is busy during [first, last], else the steps to its nearest tensor."""
         firsts = self.firsts[obj]
         k = bisect_left(firsts, first)
-        if k < len(firsts) and firsts[k] <= last:
-            return False
-        return not (k > 0 and self.lasts[obj][k - 1] >= first)
-
-    def distance(self, obj: int, first: int, last: int) -> int:
-        """Steps to the nearest tensor of a free object (>= 1)."""
-        firsts = self.firsts[obj]
-        k = bisect_left(firsts, first)
-        before = first - self.lasts[obj][k - 1] if k > 0 else _INF
         after = firsts[k] - last if k < len(firsts) else _INF
-        return min(before, after)
+        before = first - self.lasts[obj][k - 1] if k > 0 else _INF
+        if after <= 0 or before <= 0:
+            return 0
+        return min(after, before)
 
     def add(self, obj: int, first: int, last: int, size: int) -> int:
         if obj == len(self.sizes):
@@ -142,14 +137,14 @@ def greedy_by_breadth(arr: IntervalArrays) -> list[int]:
     for i in order.tolist():
         f, last, size = firsts[i], lasts[i], sizes[i]
         k = bisect_left(by_size, (size, -1))
-        chosen = next((o for _, o in by_size[k:] if objects.free(o, f, last)), -1)
+        chosen = next((o for _, o in by_size[k:] if objects.gap(o, f, last)), -1)
         if chosen < 0:
             group = -1
             for j in range(k - 1, -1, -1):
                 osize, o = by_size[j]
                 if group >= 0 and osize != group:
                     break
-                if objects.free(o, f, last):
+                if objects.gap(o, f, last):
                     chosen, group = o, osize
         if chosen < 0:
             chosen = len(objects.sizes)
@@ -247,9 +242,8 @@ def greedy_by_size_static(arr: IntervalArrays, maxima: np.ndarray) -> list[int]:
         f, last = firsts[i], lasts[i]
         chosen, closest = len(objects.sizes), _INF
         for o in range(len(objects.sizes)):
-            if objects.free(o, f, last):
-                d = objects.distance(o, f, last)
-                if d < closest:
-                    chosen, closest = o, d
+            d = objects.gap(o, f, last)
+            if 0 < d < closest:
+                chosen, closest = o, d
         ids[i] = objects.add(chosen, f, last, sizes[i])
     return ids

@@ -77,12 +77,22 @@ class PassContext:
         self.report.setdefault(key, []).append(entry)
 
 
+class _Required:
+    def __repr__(self) -> str:
+        return "(required)"
+
+
+REQUIRED: Any = _Required()
+"""The default shown for an option without one."""
+
+
 @attrs.frozen
 class OptionInfo:
     name: str
     type_text: str
     default: Any
     parse: Callable[[str], Any]
+    help: str = ""
 
 
 class Pass:
@@ -104,16 +114,24 @@ class Pass:
 
     @classmethod
     def options(cls) -> list[OptionInfo]:
+        """The attrs fields as options (`metadata={"help": ...}` is shown by `qcc passes`)."""
+        pass_name = cls.name
         if not attrs.has(cls):
             return []
-        hints = typing.get_type_hints(cls)
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # an annotation naming something only imported under TYPE_CHECKING
+            hints = {}
         out = []
         for field in attrs.fields(cls):
             hint = hints.get(field.name, str)
             default = field.default
             if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                 default = default.factory()  # type: ignore[attr-defined]
-            out.append(OptionInfo(field.name, type_text(hint), default, make_parser(hint, f"{cls.name}.{field.name}")))
+            elif default is attrs.NOTHING:
+                default = REQUIRED
+            out.append(OptionInfo(field.name, type_text(hint), default, make_parser(hint, f"{pass_name}.{field.name}"),
+                                  str(field.metadata.get("help", ""))))
         return out
 
     @classmethod

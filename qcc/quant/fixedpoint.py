@@ -87,7 +87,13 @@ def fixed_point_position(
     if is_constant(stats):  # exact answer from the value itself
         value = np.array([stats.min if is_zero_tensor(stats) else stats.max], dtype=np.float64)
         return param_fixed_point_position(
-            value, bits, "mse", rounding=rounding, min_frac=min_frac, max_frac=max_frac, name=stats.name
+            value,
+            bits,
+            "mse",
+            rounding=rounding,
+            min_frac=min_frac,
+            max_frac=max_frac,
+            name=stats.name,
         )
     cands = _candidates(stats.absmax, bits, min_frac, max_frac)
     if method == "maxabs" or len(cands) == 1:
@@ -170,7 +176,9 @@ def param_fixed_point_position(
         return _largest_fitting(lo, hi, bits, cands, rounding)
     x = w.astype(np.float64)
     errs = [
-        float(np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2))
+        float(
+            np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2)
+        )
         for p in cands
     ]
     return cands[int(np.argmin(errs))]

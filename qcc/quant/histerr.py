@@ -91,7 +91,9 @@ def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int)
         last = h[i - 1]
         p_last = last + outliers
         # sum_j P_j log P_j and sum_j P_j log Q_j (Q_j = group sum / group's non-empty bins)
-        a = chl[i - 1] + np.where(p_last > 0, p_last * np.log(np.where(p_last > 0, p_last, 1.0)), 0.0)
+        a = chl[i - 1] + np.where(
+            p_last > 0, p_last * np.log(np.where(p_last > 0, p_last, 1.0)), 0.0
+        )
         q_last = sums[:, -1] / np.maximum(nonzero[:, -1], 1)
         b = per_group.sum(axis=1) + np.where(
             outliers > 0, outliers * np.log(np.where(q_last > 0, q_last, 1.0)), 0.0

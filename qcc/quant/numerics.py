@@ -93,12 +93,12 @@ def fake_quant_affine(
     axis: int | None = None,
 ) -> np.ndarray:
     """x after an affine round trip (QuantizeLinear then DequantizeLinear), float32."""
-    return dequantize_affine(quantize_affine(x, scale, zero_point, dtype, axis), scale, zero_point, axis)
+    return dequantize_affine(
+        quantize_affine(x, scale, zero_point, dtype, axis), scale, zero_point, axis
+    )
 
 
-def quantize_fixed(
-    x: np.ndarray, bits: int, frac: int, rounding: str = "half_even"
-) -> np.ndarray:
+def quantize_fixed(x: np.ndarray, bits: int, frac: int, rounding: str = "half_even") -> np.ndarray:
     """Signed integers q with q * 2**-frac ~ x, saturated to fixed_bounds(bits).
 
     Stored as int8 / int16 / int32 for bits <= 8 / 16 / 32. The scaling by 2**frac is exact;

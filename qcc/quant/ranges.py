@@ -79,7 +79,9 @@ def _quantile(counts: np.ndarray, start: float, width: float, target: float) -> 
     return start + (j + min(max(inside, 0.0), 1.0)) * width
 
 
-def percentile(stats: TensorStats, pct: float = 99.99, symmetric: bool = True) -> tuple[float, float]:
+def percentile(
+    stats: TensorStats, pct: float = 99.99, symmetric: bool = True
+) -> tuple[float, float]:
     """Clip at the pct-th percentile: of |x| (symmetric), or pct centred between both tails."""
     if not 0.0 < pct <= 100.0:
         raise UsageError(f"tensor {stats.name!r}: percentile must be in (0, 100], not {pct}")
@@ -142,7 +144,9 @@ def mse(
         else:
             cand = (alpha * stats.min, alpha * stats.max)
         candidates.append(_finish(stats, *cand))
-    params = [affine_params(lo, hi, dtype, symmetric, reduce_range, stats.name) for lo, hi in candidates]
+    params = [
+        affine_params(lo, hi, dtype, symmetric, reduce_range, stats.name) for lo, hi in candidates
+    ]
     step = np.array([s for s, _ in params])
     zp = np.array([z for _, z in params], dtype=np.float64)
     err = expected_sq_error(stats, step, step * (qmax - zp), step * (zp - qmin))

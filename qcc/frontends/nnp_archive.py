@@ -1,0 +1,186 @@
+"""Reading .nnp archives (and bare .nntxt files) without trusting them.
+
+An .nnp is a zip of a network definition (.nntxt text protobuf, or .protobuf), parameters
+(.h5 or .protobuf) and a version file. Every member is read in memory: nothing is extracted, and
+the archive is rejected before any member is read when a name is absolute or climbs out with
+`..`, when it has too many members, or when the declared uncompressed sizes add up to more than
+the cap. Reads are bounded by the declared size, so a lying header cannot inflate past the cap.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qcc.errors import InvalidInputError
+
+MAX_MEMBERS = 4096
+MAX_TOTAL_BYTES = 2 * 1024**3
+NETWORK_EXTS = (".nntxt", ".prototxt")
+PARAM_EXTS = (".h5", ".protobuf")
+
+
+@attrs.define
+class NnpContents:
+    """The merged NNablaProtoBuf message plus parameter arrays keyed by variable name."""
+
+    proto: Any
+    params: dict[str, np.ndarray]
+    members: list[str]
+
+
+def _check_member_name(name: str, source: str) -> None:
+    if not name or "\x00" in name:
+        raise InvalidInputError(f"{source}: archive member with an empty or NUL-containing name")
+    normal = name.replace("\\", "/")
+    if normal.startswith("/") or (len(normal) > 1 and normal[1] == ":"):
+        raise InvalidInputError(f"{source}: archive member {name!r} has an absolute path; refusing the archive")
+    if ".." in posixpath.normpath(normal).split("/") or ".." in normal.split("/"):
+        raise InvalidInputError(f"{source}: archive member {name!r} climbs out of the archive with '..'; "
+                                "refusing the archive")
+
+
+def _read_members(path: Path, max_members: int, max_total: int) -> dict[str, bytes]:
+    source = str(path)
+    if not zipfile.is_zipfile(path):
+        raise InvalidInputError(f"{source}: not an .nnp file (not a zip archive)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            if len(infos) > max_members:
+                raise InvalidInputError(f"{source}: archive has {len(infos)} members (limit {max_members})")
+            total = 0
+            for info in infos:
+                _check_member_name(info.filename, source)
+                total += info.file_size
+            if total > max_total:
+                raise InvalidInputError(
+                    f"{source}: archive would expand to {total} bytes (limit {max_total}); refusing it")
+            members: dict[str, bytes] = {}
+            for info in infos:
+                if info.is_dir():
+                    continue
+                with archive.open(info) as handle:
+                    data = handle.read(info.file_size + 1)
+                if len(data) != info.file_size:
+                    raise InvalidInputError(f"{source}: member {info.filename!r} is larger than its header says")
+                members[info.filename] = data
+            return members
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
+        raise InvalidInputError(f"{source}: corrupt .nnp archive: {exc}") from None
+
+
+def _merge_text(proto: Any, text: bytes, where: str) -> None:
+    from google.protobuf import text_format
+
+    try:
+        text_format.Merge(text.decode("utf-8"), proto)
+    except (UnicodeDecodeError, text_format.ParseError) as exc:
+        raise InvalidInputError(f"{where}: not a valid nntxt network definition: {exc}") from None
+
+
+def _merge_binary(proto: Any, data: bytes, where: str) -> None:
+    from google.protobuf.message import DecodeError
+
+    try:
+        proto.MergeFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InvalidInputError(f"{where}: corrupt protobuf: {exc}") from None
+
+
+def _h5_params(data: bytes, where: str) -> dict[str, np.ndarray]:
+    """Datasets of an nnabla parameter .h5, in nnabla's saved order (the 'index' attribute)."""
+    import h5py
+
+    found: list[tuple[int, str, np.ndarray]] = []
+    try:
+        with h5py.File(io.BytesIO(data), "r") as handle:
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    found.append((int(obj.attrs.get("index", len(found))), name, np.asarray(obj[...])))
+
+            handle.visititems(visit)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidInputError(f"{where}: corrupt parameter .h5: {exc}") from None
+    return {name: array for _, name, array in sorted(found, key=lambda t: t[0])}
+
+
+def _proto_params(proto: Any, where: str) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for p in proto.parameter:
+        shape = tuple(int(d) for d in p.shape.dim)
+        data = np.asarray(p.data, dtype=np.float32)
+        if data.size != int(np.prod(shape, dtype=np.int64)):
+            raise InvalidInputError(
+                f"{where}: parameter {p.variable_name!r} has {data.size} values for shape {shape}")
+        out[p.variable_name] = data.reshape(shape)
+    return out
+
+
+def read_nnp(path: str | os.PathLike[str], max_members: int = MAX_MEMBERS,
+             max_total_bytes: int = MAX_TOTAL_BYTES) -> NnpContents:
+    """Parse an .nnp archive or a bare .nntxt file into the merged proto and its parameters."""
+    from nnabla.utils import nnabla_pb2
+
+    source = Path(path)
+    proto = nnabla_pb2.NNablaProtoBuf()
+    params: dict[str, np.ndarray] = {}
+    if source.suffix.lower() in NETWORK_EXTS and not zipfile.is_zipfile(source):
+        if source.stat().st_size > max_total_bytes:
+            raise InvalidInputError(f"{source}: file is larger than {max_total_bytes} bytes")
+        _merge_text(proto, source.read_bytes(), str(source))
+        params.update(_proto_params(proto, str(source)))
+        return NnpContents(proto, params, [source.name])
+    members = _read_members(source, max_members, max_total_bytes)
+    for name in members:
+        if posixpath.splitext(name)[1].lower() in NETWORK_EXTS:
+            _merge_text(proto, members[name], f"{source}:{name}")
+    for name, data in members.items():
+        ext = posixpath.splitext(name)[1].lower()
+        where = f"{source}:{name}"
+        if ext == ".h5":
+            params.update(_h5_params(data, where))
+        elif ext == ".protobuf":
+            part = nnabla_pb2.NNablaProtoBuf()
+            _merge_binary(part, data, where)
+            params.update(_proto_params(part, where))
+            for network in part.network:
+                proto.network.add().CopyFrom(network)
+            for executor in part.executor:
+                proto.executor.add().CopyFrom(executor)
+    if not proto.network:
+        raise InvalidInputError(
+            f"{source}: not an .nnp file: no network definition among its members {sorted(members)[:10]}")
+    params.update({k: v for k, v in _proto_params(proto, str(source)).items() if k not in params})
+    return NnpContents(proto, params, sorted(members))
+
+
+def _param_fields() -> dict[str, str]:
+    from nnabla.utils import nnabla_pb2
+
+    oneof = nnabla_pb2.Function.DESCRIPTOR.oneofs_by_name["parameter"]
+    return {f.name[: -len("_param")].replace("_", ""): f.name for f in oneof.fields}
+
+
+def param_field(function_type: str) -> str | None:
+    """Name of the Function message field holding `function_type`'s arguments (None: it has none)."""
+    global _FIELDS
+    if _FIELDS is None:
+        _FIELDS = _param_fields()
+    return _FIELDS.get(function_type.lower())
+
+
+_FIELDS: dict[str, str] | None = None
+
+
+def function_args(function: Any) -> Any:
+    """The argument message of a Function (a default instance when the file left it out)."""
+    name = function.WhichOneof("parameter") or param_field(function.type)
+    return getattr(function, name) if name else None

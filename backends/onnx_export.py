@@ -188,6 +188,22 @@ def _pool(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
           strides=strides, pads=a["pads"], ceil_mode=int(a["ceil_mode"]), **extra)
 
 
+@exporter("SumPool")
+def _sumpool(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """A depthwise Conv with an all-ones kernel: zero padding (and ceil-mode overhang) add nothing."""
+    a = node.attrs
+    x, y = node.input(0).type.shape, node.outputs[0].type.shape
+    strides = a["strides"] or [1, 1]
+    pads = list(a["pads"])
+    for i in range(2):
+        need = (int(y[2 + i]) - 1) * strides[i] + a["kernel"][i]
+        pads[2 + i] += max(0, need - (int(x[2 + i]) + a["pads"][i] + a["pads"][2 + i]))
+    channels = int(x[1])
+    ones = w.const(f"{node.name}_ones", np.ones((channels, 1, *a["kernel"]), np.float32))
+    w.add("Conv", [ins[0], ones], outs, node.name, kernel_shape=a["kernel"], strides=strides, pads=pads,
+          group=channels)
+
+
 @exporter("LRN")
 def _lrn(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     a = node.attrs

@@ -40,7 +40,7 @@ class FoldConstants(Pass):
             schema = get_schema(node.op)
             if schema.has("quantize"):
                 continue
-            results = schema.kernel(node, [v.const for v in node.inputs])  # type: ignore[misc]
+            results = schema.kernel(node, [v.const for v in node.inputs if v is not None and v.const is not None])
             for value, data in zip(node.outputs, results):
                 const = graph.add_constant(graph.unique_name(value.name + "_folded"), data.astype(data.dtype))
                 const.quant = value.quant

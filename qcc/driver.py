@@ -76,7 +76,7 @@ def default_pipeline(scheme: str, backend: Any, opts: CompileOptions) -> str:
     return pick(scheme, getattr(backend, "name", ""), opts)
 
 
-def compile(  # noqa: A001  (mirrors the CLI verb on purpose)
+def compile(
     model: str | os.PathLike[str] | Model | Any,
     output: str | os.PathLike[str],
     target: str | None = None,

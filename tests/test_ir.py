@@ -7,8 +7,21 @@ import pytest
 
 from qcc.errors import InvalidInputError
 from qcc.ir import (
-    Affine, FixedPoint, Graph, Model, Node, Sign, TensorType, Value, insert_after, match_chains,
-    parse_model, print_model, remove_node, replace_node, verify_model,
+    Affine,
+    FixedPoint,
+    Graph,
+    Model,
+    Node,
+    Sign,
+    TensorType,
+    Value,
+    insert_after,
+    match_chains,
+    parse_model,
+    print_model,
+    remove_node,
+    replace_node,
+    verify_model,
 )
 from qcc.sim import run_model
 

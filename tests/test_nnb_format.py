@@ -162,7 +162,8 @@ def nets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
         if kind:
             _settings(d / f"{net}.yaml", d / f"{case}.yaml", kind)
             extra += ["-s", str(d / f"{case}.yaml")]
-        commands.append(["convert", "-b", "1", *extra, str(d / f"{net}.nnp"), str(d / f"{case}.nnb")])
+        files = [str(d / f"{net}.nnp"), str(d / f"{case}.nnb")]
+        commands.append(["convert", "-b", "1", *extra, *files])
     _nnabla_cli(*commands)
     return d, params
 
@@ -229,7 +230,9 @@ def test_float_parameters_decode_to_nnabla_values(nets: tuple[Path, dict], case:
 
 
 @pytest.mark.parametrize("case", ["cnn-fixed16-v3", "cnn-fixed8-v2"])
-def test_fixed_point_parameters_decode_to_rounded_values(nets: tuple[Path, dict], case: str) -> None:
+def test_fixed_point_parameters_decode_to_rounded_values(
+    nets: tuple[Path, dict], case: str
+) -> None:
     bits = 16 if "16" in case else 8
     nnb = read_nnb(_load(nets, case), case)
     for name, value in nets[1]["cnn"].items():
@@ -240,7 +243,8 @@ def test_fixed_point_parameters_decode_to_rounded_values(nets: tuple[Path, dict]
         if "affine/W" in name:
             value = value.reshape(value.shape[0], -1).T
         want = np.clip(np.round(value * 2.0**var.fp_pos), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        np.testing.assert_array_equal(decode_values(var.data or b"", var.dtype, var.size), want.reshape(-1))
+        got = decode_values(var.data or b"", var.dtype, var.size)
+        np.testing.assert_array_equal(got, want.reshape(-1))
     acts = [v for v in nnb.variables if v.buffer is not None]
     assert acts and all(v.fp_pos == bits // 2 - 1 for v in acts)
 
@@ -250,7 +254,8 @@ def test_sign_parameters_pack_lsb_first(nets: tuple[Path, dict]) -> None:
     w = nets[1]["sign"]["fc1/affine/W"]
     var = _param_by_shape(nnb, w.shape)
     assert var.dtype == DataType.SIGN and len(var.data or b"") == w.size // 8
-    np.testing.assert_array_equal(decode_values(var.data or b"", DataType.SIGN, var.size), w.T.reshape(-1))
+    got = decode_values(var.data or b"", DataType.SIGN, var.size)
+    np.testing.assert_array_equal(got, w.T.reshape(-1))
     assert encode_values(w.T, DataType.SIGN) == var.data
 
 
@@ -289,7 +294,8 @@ def test_hand_built_file_round_trips() -> None:
     back = read_nnb(data, "hand.nnb")
     assert back.functions[0].args[-1] == 0 and back.functions[1].args == ((1, 1, 1, 1), 2, -0.5)
     assert write_nnb(back) == data
-    assert decode_values(back.variables[1].data or b"", DataType.INT8, 16).tolist() == w.reshape(-1).tolist()
+    got = decode_values(back.variables[1].data or b"", DataType.INT8, 16)
+    assert got.tolist() == w.reshape(-1).tolist()
 
 
 @pytest.mark.parametrize(
@@ -403,7 +409,8 @@ def test_flipped_slots(nets: tuple[Path, dict]) -> None:
     _rejects(_patch(data, fn1_inputs_slot, var_list_slot), "is used both as")
     # a distinct slot aimed at another block's bytes, or at a misaligned offset
     _rejects(_patch(data, lambda f: 56 + 4 * fn1_inputs, f.u32(56 + 4 * fn0_outputs)), "overlaps")
-    _rejects(_patch(data, lambda f: 56 + 4 * fn1_inputs, f.u32(56 + 4 * fn1_inputs) + 2), "unaligned")
+    misaligned = f.u32(56 + 4 * fn1_inputs) + 2
+    _rejects(_patch(data, lambda f: 56 + 4 * fn1_inputs, misaligned), "unaligned")
 
 
 def test_corrupted_variables_and_functions(nets: tuple[Path, dict]) -> None:

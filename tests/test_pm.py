@@ -12,7 +12,15 @@ import pytest
 from qcc.errors import UsageError, VerificationError
 from qcc.ir import Graph, Model, TensorType
 from qcc.pm import (
-    Analysis, AnalysisManager, DumpIR, Pass, PassContext, PassManager, PassResult, TimePasses, parse_spec,
+    Analysis,
+    AnalysisManager,
+    DumpIR,
+    Pass,
+    PassContext,
+    PassManager,
+    PassResult,
+    TimePasses,
+    parse_spec,
 )
 
 
@@ -92,7 +100,7 @@ def test_typed_options_from_fields() -> None:
     assert p == Tag("q", 3, "b", ("Relu", "AvgPool"), False)
     with pytest.raises(UsageError, match="'x3' is not a int"):
         Tag.from_options({"times": "x3"})
-    with pytest.raises(UsageError, match="one of a|b"):
+    with pytest.raises(UsageError, match=r"one of a\|b"):
         Tag.from_options({"mode": "c"})
     with pytest.raises(UsageError, match="has no option 'colour'"):
         Tag.from_options({"colour": "red"})

@@ -26,7 +26,7 @@ import itertools
 import math
 import struct
 from collections.abc import Iterable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import attrs
 import numpy as np
@@ -37,7 +37,6 @@ from .functions import FunctionTable, default_table, tokenize_argfmt
 
 VERSIONS = (2, 3)  # 2: buffer sizes in elements (4 bytes each); 3: buffer sizes in bytes
 HEADER = struct.Struct("<14I")
-LIST = struct.Struct("<II")
 VARIABLE = struct.Struct("<III4si")  # id, shape size, shape slot, (type|fp<<4, 3 pad), data_index
 FUNCTION_HEAD = struct.Struct("<HHIIII")  # type, impl, inputs {size, slot}, outputs {size, slot}
 ARG_WIDTH = {"iI": 8, "i": 4, "f": 4, "B": 1}  # bytes per argument token ("fF"/"C": none)
@@ -119,12 +118,26 @@ class NnbFile:
     outputs: tuple[int, ...]
 
 
+_NUMPY_TYPES: dict[DataType, np.dtype[Any]] = {
+    DataType.FLOAT: np.dtype("<f4"),
+    DataType.INT16: np.dtype("<i2"),
+    DataType.INT8: np.dtype("i1"),
+}
+
+
 def encode_values(values: np.ndarray, dtype: DataType) -> bytes:
     """Parameter bytes for already-quantized values (integers for INT16/INT8, signs for SIGN)."""
     flat = np.asarray(values).reshape(-1)
     if dtype == DataType.SIGN:
         return np.packbits(flat > 0, bitorder="little").tobytes()
-    np_type = {DataType.FLOAT: "<f4", DataType.INT16: "<i2", DataType.INT8: "i1"}[dtype]
+    np_type = _NUMPY_TYPES[dtype]
+    if dtype != DataType.FLOAT:
+        info = np.iinfo(np_type)
+        bad = flat.size and (flat.min() < info.min or flat.max() > info.max)
+        if bad or np.any(flat != np.round(flat)):
+            raise InternalError(
+                f"{dtype.name} parameter values must be integers in {info.min}..{info.max}"
+            )
     return flat.astype(np_type).tobytes()
 
 
@@ -133,8 +146,7 @@ def decode_values(data: bytes, dtype: DataType, count: int) -> np.ndarray:
     if dtype == DataType.SIGN:
         bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[:count]
         return np.where(bits == 1, 1.0, -1.0).astype(np.float32)
-    np_type = {DataType.FLOAT: "<f4", DataType.INT16: "<i2", DataType.INT8: "i1"}[dtype]
-    return np.frombuffer(data, np_type, count).copy()
+    return np.frombuffer(data, _NUMPY_TYPES[dtype], count).copy()
 
 
 # ----------------------------------------------------------------------------- checking
@@ -203,7 +215,8 @@ def _function_problems(fn: Function, nnb: NnbFile, table: FunctionTable) -> Iter
         return
     tokens = tokenize_argfmt(spec.argfmt)
     if len(fn.args) != len(tokens):
-        yield f"{spec.name} takes {len(tokens)} encoded arguments ({spec.argfmt!r}), got {len(fn.args)}"
+        want = f"{len(tokens)} encoded arguments ({spec.argfmt!r})"
+        yield f"{spec.name} takes {want}, got {len(fn.args)}"
         return
     for arg, token, value in zip(spec.args, tokens, fn.args):
         problem = _arg_problem(token, arg.choices, value)
@@ -400,7 +413,8 @@ class _Reader:
         )
         for (start, length, kind), (nxt, _, other) in itertools.pairwise(spans):
             if start + length > nxt:
-                self.fail(f"a {kind} block (bytes {start}..{start + length}) overlaps a {other} block")
+                span = f"bytes {start}..{start + length}"
+                self.fail(f"a {kind} block ({span}) overlaps a {other} block")
 
 
 def read_nnb(data: bytes, source: str, table: FunctionTable | None = None) -> NnbFile:

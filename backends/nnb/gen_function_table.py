@@ -42,7 +42,8 @@ def extract() -> tuple[dict[int, dict[str, int]], dict[str, Any], str]:
 
 def render(levels: dict[int, dict[str, int]], arguments: dict[str, Any], version: str) -> str:
     """The module text: plain literals, one entry per line, so diffs stay readable."""
-    lines = [HEADER, f"NNABLA_VERSION = {version!r}\n\n", "API_LEVELS: dict[int, dict[str, int]] = {\n"]
+    lines = [HEADER, f"NNABLA_VERSION = {version!r}\n\n"]
+    lines.append("API_LEVELS: dict[int, dict[str, int]] = {\n")
     for lvl, funcs in levels.items():
         lines.append(f"    {lvl}: {{\n")
         lines.extend(f"        {u!r}: {i},\n" for u, i in funcs.items())

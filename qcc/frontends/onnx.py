@@ -220,10 +220,14 @@ def _unary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, _UNARY[node.op_type], [ctx.value(node.input[0])])
 
 
-@importer("LeakyRelu", "Elu", "HardSigmoid", "Gelu")
+_UNARY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
+    "Gelu": {"approximate": "none"}}
+
+
+@importer(*_UNARY_DEFAULTS)
 def _unary_attr(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
-    defaults = {"LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5},
-                "Gelu": {"approximate": "none"}}[node.op_type]
+    defaults: dict[str, Any] = _UNARY_DEFAULTS[node.op_type]
     ir = {k: (attrs.get(k, v).decode() if isinstance(attrs.get(k, v), bytes) else attrs.get(k, v)) for k, v in defaults.items()}
     ctx.emit(node, node.op_type, [ctx.value(node.input[0])], ir)
 
@@ -469,11 +473,12 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         return True
     if not all(ctx.is_const(n) for n in node.input):
         return False
-    ins = [ctx.consts[n] if n else None for n in node.input]
+    ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
     fast: dict[str, Callable[[], list[np.ndarray]]] = {
         "Identity": lambda: [ins[0]],
         "Cast": lambda: [ins[0].astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(attrs["to"]))],
     }
+    result: Any
     if op == "ConstantOfShape":
         from onnx import numpy_helper
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
-from attrs import field
 import numpy as np
+from attrs import field
 
 from qcc.ir.types import QuantType, TensorType, dtype_of
 
@@ -100,7 +100,7 @@ class Node:
             old._uses.remove((self, index))
         if value is not None:
             value._uses.append((self, index))
-        self.inputs = self.inputs[:index] + (value,) + self.inputs[index + 1 :]
+        self.inputs = (*self.inputs[:index], value, *self.inputs[index + 1 :])
 
     def detach(self) -> None:
         """Drop this node's uses of its inputs and its claim on its outputs."""

@@ -7,7 +7,6 @@ and carried through every pass like shapes are.
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import attrs
 import numpy as np
@@ -25,7 +24,7 @@ DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 
-Dim = Union[int, str]
+Dim = int | str
 """A dimension: a non-negative int, or a symbol (e.g. the batch 'N')."""
 
 
@@ -139,7 +138,7 @@ class Sign:
         return "sign"
 
 
-QuantType = Union[Float32, FixedPoint, Affine, Sign]
+QuantType = Float32 | FixedPoint | Affine | Sign
 
 
 def storage_bytes(ttype: TensorType, quant: QuantType | None) -> int:

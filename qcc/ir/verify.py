@@ -10,7 +10,7 @@ import numpy as np
 from qcc.errors import InvalidInputError, VerificationError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.registry import get_schema, has_op
-from qcc.ir.types import Affine, DTYPES, FixedPoint, Sign
+from qcc.ir.types import DTYPES, Affine, FixedPoint, Sign
 
 ModelCheck = Callable[[Model], list[str]]
 _MODEL_CHECKS: dict[str, ModelCheck] = {}
@@ -62,17 +62,17 @@ def verify_graph(graph: Graph) -> list[str]:
         if node.name in node_names:
             problems.append(f"node name {node.name!r} used twice")
         node_names.add(node.name)
-        for index, value in enumerate(node.inputs):
-            if value is None:
+        for index, operand in enumerate(node.inputs):
+            if operand is None:
                 continue
-            if id(value) not in defined:
-                producer = value.producer()
+            if id(operand) not in defined:
+                producer = operand.producer()
                 if producer is not None and id(producer) in on_graph:
-                    problems.append(f"{where}: input {value.name!r} is used before its producer {producer.name!r} (not in topological order)")
+                    problems.append(f"{where}: input {operand.name!r} is used before its producer {producer.name!r} (not in topological order)")
                 else:
-                    problems.append(f"{where}: input {value.name!r} is not defined in the graph")
-            if not recorded(value, node, index):
-                problems.append(f"{where}: use-list of {value.name!r} misses this node")
+                    problems.append(f"{where}: input {operand.name!r} is not defined in the graph")
+            if not recorded(operand, node, index):
+                problems.append(f"{where}: use-list of {operand.name!r} misses this node")
         for value in node.outputs:
             if value.producer() is not node:
                 problems.append(f"{where}: output {value.name!r} names another producer")

@@ -70,9 +70,9 @@ class Interpreter:
             self._consts[id(value)] = self._store(value, value.const)
         self._last_use: dict[int, int] = {}
         for step, node in enumerate(graph.nodes):
-            for value in node.inputs:
-                if value is not None:
-                    self._last_use[id(value)] = step
+            for operand in node.inputs:
+                if operand is not None:
+                    self._last_use[id(operand)] = step
         self._schemas = [get_schema(n.op) for n in graph.nodes]
 
     def _store(self, value: Value, array: np.ndarray) -> np.ndarray:
@@ -110,10 +110,10 @@ class Interpreter:
                 if self.keep_all or id(value) in keep:
                     results[value.name] = array
             if not self.keep_all:
-                for value in node.inputs:
-                    if value is not None and self._last_use.get(id(value)) == step and id(value) not in keep \
-                            and id(value) not in self._consts:
-                        env.pop(id(value), None)
+                for operand in node.inputs:
+                    if operand is not None and self._last_use.get(id(operand)) == step and id(operand) not in keep \
+                            and id(operand) not in self._consts:
+                        env.pop(id(operand), None)
         if wanted is not None:
             return {k: v for k, v in results.items() if k in wanted or k in {o.name for o in graph.outputs}}
         return results if self.keep_all else {v.name: results[v.name] if v.name in results else env[id(v)]

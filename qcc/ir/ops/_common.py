@@ -70,7 +70,7 @@ def windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilati
     kh, kw = kernel
     dh, dw = dilations
     span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-    view = np.lib.stride_tricks.sliding_window_view(x, (span_h, span_w), axis=(2, 3))
+    view = np.lib.stride_tricks.sliding_window_view(x, (span_h, span_w), axis=(2, 3))  # type: ignore[call-overload]
     view = view[:, :, :: strides[0], :: strides[1], ::dh, ::dw]
     return view
 

@@ -82,7 +82,7 @@ def _reshape_target(shape: tuple[Dim, ...], target: list[int]) -> tuple[Dim, ...
         if known == 0 or total % known:
             raise ValueError(f"cannot reshape {shape} to {target}")
         out[out.index(-1)] = total // known
-    elif all(isinstance(d, int) for d in shape) and prod(shape) != prod([int(d) for d in out]):  # type: ignore[misc]
+    elif all(isinstance(d, int) for d in shape) and prod([int(d) for d in shape]) != prod([int(d) for d in out]):
         raise ValueError(f"cannot reshape {shape} to {target}")
     return tuple(out)
 

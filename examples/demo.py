@@ -1,0 +1,108 @@
+"""The main job on the bundled example: compile the digits CNN for every available target.
+
+For each target it prints what was done, the accuracy on the held-out digits (through the
+target's own runtime where one is installed, else through qcc's simulator of that target) and
+the memory it needs. Run it with `bash scripts/dev demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DIGITS = HERE / "digits"
+
+
+def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float((logits.argmax(axis=1) == labels).mean())
+
+
+def ort_logits(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return np.asarray(sess.run(None, {sess.get_inputs()[0].name: x})[0])
+
+
+def file_bytes(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+JOBS: list[dict[str, Any]] = [
+    {"label": "ONNX float", "target": "onnx", "out": "digits.onnx", "quantize": "none", "check": "ort"},
+    {"label": "ONNX QDQ int8", "target": "onnx-qdq", "out": "digits_int8.onnx", "quantize": "int8", "check": "ort"},
+    {"label": "ONNX QDQ fixed8", "target": "onnx-qdq", "out": "digits_fixed8.onnx", "quantize": "fixed8", "check": "ort"},
+    {"label": ".nnb float", "target": "nnb", "out": "digits.nnb", "quantize": "none", "check": "sim"},
+    {"label": ".nnb FIXED16", "target": "nnb", "out": "digits_fixed16.nnb", "quantize": "fixed16", "check": "sim"},
+    {"label": ".nnb FIXED8", "target": "nnb", "out": "digits_fixed8.nnb", "quantize": "fixed8", "check": "sim"},
+    {"label": "C float", "target": "c", "out": "digits_c_float", "quantize": "none", "check": "sim"},
+    {"label": "C fixed16", "target": "c", "out": "digits_c_fixed16", "quantize": "fixed16", "check": "sim"},
+    {"label": "C int8 (fixed8)", "target": "c", "out": "digits_c_fixed8", "quantize": "fixed8", "check": "sim"},
+    {"label": ".nnp float", "target": "nnp", "out": "digits.nnp", "quantize": "none", "check": "sim"},
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import qcc.driver
+    from qcc.errors import QccError
+    from qcc.plugins import registry
+    from qcc.sim.interpreter import run_batched
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, help="output folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="qcc-demo-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    test = np.load(DIGITS / "test.npz")
+    x, labels = test["x"], test["labels"]
+    float_acc = accuracy(ort_logits(DIGITS / "digits_cnn.onnx", x), labels)
+    print(f"qcc demo: {DIGITS / 'digits_cnn.onnx'} (digits CNN, {len(labels)} test images)")
+    print(f"  float accuracy in onnxruntime: {float_acc:.4f}")
+    print(f"  outputs in {out_dir}\n")
+    targets = set(registry().names("backend"))
+    rows = []
+    for job in JOBS:
+        if job["target"] not in targets:
+            rows.append((job["label"], "-", "-", "-", "-", "target not available in this build"))
+            continue
+        out = out_dir / job["out"]
+        start = time.perf_counter()
+        try:
+            model, report = qcc.driver.compile(
+                DIGITS / "digits_cnn.onnx", out, target=job["target"], quantize=job["quantize"],
+                calib=str(DIGITS / "calib.npz") if job["quantize"] != "none" else None,
+                eval=str(DIGITS / "test.npz"))
+        except QccError as exc:
+            rows.append((job["label"], "-", "-", "-", "-", f"failed: {exc}"))
+            continue
+        seconds = time.perf_counter() - start
+        if job["check"] == "ort":
+            acc = accuracy(ort_logits(out, x), labels)
+            how = "onnxruntime"
+        else:
+            logits = next(iter(run_batched(model, {"x": x}, quantized=job["quantize"] != "none").values()))
+            acc = accuracy(logits, labels)
+            how = "qcc simulator"
+        memory = report.get("memory", {})
+        ram = memory.get("arena_bytes") or memory.get("shared_objects_bytes") or "-"
+        rows.append((job["label"], f"{acc:.4f}", how, str(file_bytes(out)), str(ram), f"{seconds:.2f}s"))
+    header = ("target", "accuracy", "measured in", "output bytes", "RAM bytes", "compile")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,8 +12,10 @@ BUILTINS = Plugin(
     },
     frontends={
         "onnx": "qcc.frontends.onnx:FRONTEND",
+        "nnp": "qcc.frontends.nnp:FRONTEND",
     },
     backends={
         "onnx": "qcc.backends.onnx_float:BACKEND",
+        "nnp": "qcc.backends.nnp:BACKEND",
     },
 )

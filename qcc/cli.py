@@ -74,6 +74,8 @@ def _add_common(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--no-plugins", action="store_true", default=default,
                         help="do not load qcc.plugins entry points (also QCC_DISABLE_PLUGIN_AUTOLOAD=1)")
     parser.add_argument("--debug", action="store_true", default=default, help="show a stack trace on errors")
+    parser.add_argument("--limit", action="append", default=[] if default is False else default,
+                        metavar="NAME=VALUE", help="resource limit, e.g. max_tensor_elements=1e9 (docs/errors.md)")
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -137,6 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         import warnings
 
         warnings.simplefilter("ignore")
+    if args.limit:
+        from qcc.limits import configure
+
+        try:
+            configure(args.limit)
+        except QccError as exc:
+            print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
+            return exc.exit_code
     if args.no_plugins:
         from qcc.plugins import set_autoload
 

@@ -240,7 +240,7 @@ def register_pass(cls: Any, distribution: str | None = None) -> Any:
         raise UsageError(f"register_pass: {cls!r} is not a qcc.Pass subclass with a non-empty `name`")
     reg = registry()
     existing = reg.entries.get(("pass", cls.name))
-    if existing is not None and existing._loaded is cls:
+    if existing is not None and _loads_to(existing, cls):
         return cls
     reg.add_plugin(Plugin(api_version=API_VERSION, passes={cls.name: _constant(cls)}),
                    distribution or f"{cls.__module__} (in-process)")
@@ -250,6 +250,13 @@ def register_pass(cls: Any, distribution: str | None = None) -> Any:
 def register(plugin: Plugin, distribution: str = "in-process") -> None:
     """Register a whole plugin from Python (passes, frontends and backends)."""
     registry().add_plugin(plugin, distribution)
+
+
+def _loads_to(entry: Entry, obj: Any) -> bool:
+    try:
+        return entry.load() is obj
+    except QccError:
+        return False
 
 
 def _constant(obj: Any) -> Callable[[], Any]:

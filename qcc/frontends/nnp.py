@@ -491,6 +491,7 @@ def _quantize(ctx: _Ctx, f: Any, p: Any) -> None:
         quant = _fixed_levels(p)
     node = ctx.emit(f, "Quantize", [x], {"label": f.type})
     node.outputs[0].quant = quant
+    node.meta["nnp.quant"] = quant
     node.meta["nnp.function"] = f.SerializeToString()
     node.meta["nnp.params"] = saved
     if quant is None:

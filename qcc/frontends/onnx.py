@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from qcc import limits
 from qcc.errors import InvalidInputError, UnsupportedError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import TensorType
 from qcc.ir.verify import verify_model
 
 MIN_OPSET, MAX_OPSET = 9, 21
-MAX_FILE_BYTES = 2 * 1024**3
 
 
 class _Ctx:
@@ -483,30 +483,55 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         from onnx import numpy_helper
 
         fill = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
-        shape = [int(d) for d in ins[0]]
-        if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.float64)) > 2**31:
+        shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
+        if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
+        limits.check_elements(int(np.prod(shape, dtype=np.float64)), f"node {node.name!r} (ConstantOfShape)", ctx.source)
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op in fast:
         result = fast[op]()
+    elif op in ("Expand", "Tile", "Range"):
+        _precheck_size(ctx, node, op, ins)
+        result = _reference_eval(ctx, node, op, ins)
     else:
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
-
-        inputs = [helper.make_tensor_value_info(f"i{i}", 0, None) for i in range(len(ins))]
-        fn_node = helper.make_node(op, [f"i{i}" if n else "" for i, n in enumerate(node.input)],
-                                   [f"o{i}" for i in range(len(node.output))], domain=node.domain)
-        fn_node.attribute.extend(node.attribute)
-        graph = helper.make_graph([fn_node], "fold", inputs, [helper.make_tensor_value_info(f"o{i}", 0, None) for i in range(len(node.output))])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
-        try:
-            result = ReferenceEvaluator(model).run(None, {f"i{i}": a for i, a in enumerate(ins) if a is not None})
-        except Exception as exc:
-            raise InvalidInputError(f"{ctx.source}: cannot fold constant node {node.name!r} ({op}): {exc}") from None
+        result = _reference_eval(ctx, node, op, ins)
     for name, array in zip(node.output, result):
         if name:
             ctx.consts[name] = np.asarray(array)
     return True
+
+
+def _precheck_size(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> None:
+    """Refuse constant ops whose result would be huge before the evaluator allocates it."""
+    try:
+        if op == "Expand":
+            count = int(np.prod(np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1])), dtype=np.float64))
+        elif op == "Tile":
+            count = int(np.size(ins[0]) * np.prod([float(r) for r in ins[1]]))
+        else:
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins[:3])
+            count = int(max(0.0, np.ceil((limit - start) / delta))) if delta else 1 << 62
+    except (ValueError, TypeError, IndexError, OverflowError):
+        raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
+    limits.check_elements(count, f"node {node.name!r} ({op})", ctx.source)
+
+
+def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
+    """Fold one node with onnx's reference evaluator (exact ONNX semantics for rare ops)."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [helper.make_tensor_value_info(f"i{i}", 0, None) for i in range(len(ins))]
+    fn_node = helper.make_node(op, [f"i{i}" if n else "" for i, n in enumerate(node.input)],
+                               [f"o{i}" for i in range(len(node.output))], domain=node.domain)
+    fn_node.attribute.extend(node.attribute)
+    outputs = [helper.make_tensor_value_info(f"o{i}", 0, None) for i in range(len(node.output))]
+    graph = helper.make_graph([fn_node], "fold", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
+    try:
+        return ReferenceEvaluator(model).run(None, {f"i{i}": a for i, a in enumerate(ins) if a is not None})
+    except Exception as exc:
+        raise InvalidInputError(f"{ctx.source}: cannot fold constant node {node.name!r} ({op}): {exc}") from None
 
 
 _FOLD_ONLY = ("Constant", "ConstantOfShape", "Gather", "Range", "Equal", "Where", "Expand", "Tile", "NonZero",
@@ -578,11 +603,10 @@ def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
     return TensorType(dtype, tuple(dims))
 
 
-def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, max_bytes: int = MAX_FILE_BYTES,
-              **_: Any) -> Model:
+def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: Any) -> Model:
     """Import an ONNX file (see module doc); `batch_size` binds a symbolic first dimension."""
     source = Path(path)
-    proto = _read(source, max_bytes)
+    proto = _read(source, limits.current().max_file_bytes)
     return import_proto(proto, str(source), batch_size)
 
 
@@ -593,17 +617,25 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
     g = proto.graph
+    lim = limits.current()
+    limits.check_count("nodes", len(g.node), lim.max_nodes, source)
     graph = Graph(name=g.name or Path(source).stem)
     ctx = _Ctx(graph, opset, source)
+    param_bytes = 0
     for tensor in g.initializer:
+        count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
+        limits.check_elements(count, f"initializer {tensor.name!r}", source)
         try:
             ctx.consts[tensor.name] = numpy_helper.to_array(tensor)
         except Exception as exc:
             raise InvalidInputError(f"{source}: initializer {tensor.name!r} is corrupt: {exc}") from None
+        param_bytes += ctx.consts[tensor.name].nbytes
+        limits.check_count("parameter bytes", param_bytes, lim.max_parameter_bytes, source)
     for vi in g.input:
         if vi.name in ctx.consts:
             continue
         ttype = _ttype(vi.type, vi.name, source)
+        limits.check_elements(ttype.numel(), f"input {vi.name!r}", source)
         if batch_size is not None and ttype.shape and isinstance(ttype.shape[0], str):
             ttype = TensorType(ttype.dtype, (batch_size, *ttype.shape[1:]))
         ctx.values[vi.name] = graph.add_input(vi.name, ttype)
@@ -639,6 +671,8 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
             graph.outputs.append(ctx.value(vi.name))  # type: ignore[arg-type]
         else:
             raise InvalidInputError(f"{source}: graph output {vi.name!r} is never computed")
+    for value in graph.values():
+        limits.check_elements(value.type.numel(), f"tensor {value.name!r}", source)
     model = Model(graph, metadata={"source": source, "source_format": "onnx", "onnx_opset": opset})
     problems = verify_model(model)
     if problems:

@@ -50,12 +50,7 @@ class NnpWriter:
 
     # ------------------------------------------------------------------ variables
     def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self._taken:
-            i += 1
-            name = f"{base}_{i}"
-        self._taken.add(name)
-        return name
+        return _unique(base, self._taken)
 
     def dims(self, value: Value) -> list[int]:
         out = []
@@ -106,7 +101,7 @@ class NnpWriter:
     def function(self, ftype: str, inputs: list[str], outputs: list[str], name: str,
                  args: dict[str, Any] | None = None) -> Any:
         f = self.net.function.add()
-        f.name = self._function_name(name)
+        f.name = _unique(name, self._fn_names)
         f.type = ftype
         f.input.extend(inputs)
         f.output.extend(outputs)
@@ -118,14 +113,6 @@ class NnpWriter:
         elif args:
             raise UnsupportedError(f"nnp backend: nnabla function {ftype} takes no arguments")
         return f
-
-    def _function_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self._fn_names:
-            i += 1
-            name = f"{base}_{i}"
-        self._fn_names.add(name)
-        return name
 
     def chain(self, node: Node, x: str, steps: list[tuple[str, dict[str, Any]]]) -> None:
         """Unary functions one after another; the last writes the node's output."""
@@ -169,7 +156,9 @@ class NnpWriter:
         with zipfile.ZipFile(body, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.writestr("nnp_version.txt", f"{nnp_version()}\n")
             archive.writestr("network.nntxt", text_format.MessageToString(self.proto))
-            archive.writestr(f"parameter{parameter_format}", self._parameters(parameter_format))
+            # random-looking floats do not deflate; storing them is 10x faster
+            archive.writestr(f"parameter{parameter_format}", self._parameters(parameter_format),
+                             compress_type=zipfile.ZIP_STORED)
         return body.getvalue()
 
     def _parameters(self, parameter_format: str) -> bytes:
@@ -195,6 +184,15 @@ class NnpWriter:
             p.data.extend(array.reshape(-1).tolist())
             p.need_grad = False
         return bytes(holder.SerializeToString())
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
 
 
 def set_args(message: Any, args: dict[str, Any]) -> None:
@@ -260,7 +258,7 @@ def _conv(w: NnpWriter, node: Node) -> None:
     channels = node.input(0).type.shape[1]
     wshape = weight.type.shape
     if a["group"] > 1 and a["group"] == channels and wshape[1] == 1 and weight.const is not None:
-        wd = w.param(weight.name, weight.const.reshape(wshape[0], *wshape[2:]))
+        wd = w.param(weight.name, weight.const.reshape(weight.const.shape[0], *weight.const.shape[2:]))
         _one(w, node, "DepthwiseConvolution", {**geometry, "multiplier": int(wshape[0]) // int(channels)},
              [x, wd, *bias])
         return
@@ -437,10 +435,20 @@ def _binary(w: NnpWriter, node: Node) -> None:
 # ----------------------------------------------------------------------------- pooling
 @emitter("MaxPool", "AvgPool", "SumPool")
 def _pool(w: NnpWriter, node: Node) -> None:
+    from qcc.frontends.nnp import pool_geometry
+
     a = node.attrs
-    args: dict[str, Any] = {"kernel": a["kernel"], "stride": a["strides"] or [1, 1],
-                            "ignore_border": not a["ceil_mode"], "pad": _symmetric(node, a["pads"]),
-                            "channel_last": False}
+    strides = a["strides"] or [1, 1]
+    begin, pads = a["pads"][:2], list(a["pads"])
+    x = node.input(0).type.shape
+    ignore_border = pads == begin + begin and not a["ceil_mode"]
+    wanted = {"pads": pads, "ceil_mode": bool(a["ceil_mode"])}
+    if not ignore_border and pool_geometry(node.op, {**a, "strides": strides}, (int(x[2]), int(x[3])), False,
+                                           begin) != wanted:
+        raise UnsupportedError(f"nnp backend: {node.op} {node.name!r}: pads {pads} / ceil_mode "
+                               f"{a['ceil_mode']} have no nnabla pooling equivalent")
+    args: dict[str, Any] = {"kernel": a["kernel"], "stride": strides, "ignore_border": ignore_border,
+                            "pad": begin, "channel_last": False}
     ftype = {"MaxPool": "MaxPooling", "AvgPool": "AveragePooling", "SumPool": "SumPooling"}[node.op]
     if node.op == "AvgPool":
         args["including_pad"] = a["count_include_pad"]
@@ -543,12 +551,11 @@ def _affine_params(w: NnpWriter, node: Node, q: Affine) -> list[str]:
     scale = np.asarray(q.scale, np.float64)
     zp = np.asarray(q.zero_point, np.float64)
     rank = node.input(0).type.rank
-    single = [1] * rank
-    shape = list(single)
+    shape = [1] * rank
     if q.axis is not None:
         shape[q.axis % rank] = len(q.scale)
     arrays = {"qr_min": ((lo_level - zp) * scale).reshape(shape), "qr_max": ((hi_level - zp) * scale).reshape(shape),
-              "ql_min": np.full(single, lo_level), "ql_max": np.full(single, hi_level)}
+              "ql_min": np.full(shape, lo_level), "ql_max": np.full(shape, hi_level)}  # nnabla: equal shapes
     return [w.param(w.fresh(f"{node.name}/{k}"), v) for k, v in arrays.items()]
 
 

@@ -54,6 +54,17 @@ class OnnxWriter:
 
         self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attrs))
 
+    def emit_constant(self, value: Value) -> None:
+        """A constant as a float initializer (the QDQ writer stores quantized ones instead)."""
+        from onnx import numpy_helper
+
+        assert value.const is not None
+        self.initializers.append(numpy_helper.from_array(value.const, value.name))
+
+    def emit_node(self, node: Node) -> None:
+        """One IR node's ONNX form (the QDQ writer adds quantization around it)."""
+        EXPORTERS[node.op](self, node, [self.name(v) for v in node.inputs], [self.name(v) for v in node.outputs])
+
 
 Exporter = Callable[[OnnxWriter, Node, list[str], list[str]], None]
 EXPORTERS: dict[str, Exporter] = {}
@@ -155,9 +166,9 @@ def _clip(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.add("Clip", [ins[0], lo_name, hi_name], outs, node.name)
 
 
-@exporter("Softmax")
+@exporter("Softmax", "LogSoftmax")
 def _softmax(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
-    w.add("Softmax", ins, outs, node.name, axis=node.attrs["axis"])
+    w.add(node.op, ins, outs, node.name, axis=node.attrs["axis"])
 
 
 @exporter("Conv", "ConvTranspose")
@@ -268,9 +279,9 @@ def _slice(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
 @exporter("ReduceMean", "ReduceMax", "ReduceSum")
 def _reduce(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     keep = int(node.attrs["keepdims"])
-    if node.op == "ReduceSum":
+    if node.op == "ReduceSum" or w.opset >= 18:  # ReduceMean/ReduceMax take axes as an input from opset 18
         axes = w.const(f"{node.name}_axes", np.array(node.attrs["axes"], np.int64))
-        w.add("ReduceSum", [ins[0], axes], outs, node.name, keepdims=keep)
+        w.add(node.op, [ins[0], axes], outs, node.name, keepdims=keep)
     else:
         w.add(node.op, ins, outs, node.name, axes=node.attrs["axes"], keepdims=keep)
 
@@ -285,21 +296,16 @@ def value_info(value: Value) -> Any:
 
 def export_graph(w: OnnxWriter, skip: Callable[[Node], bool] | None = None) -> None:
     """Append every node's ONNX form (constants become initializers)."""
-    from onnx import numpy_helper
-
     graph = w.model.graph
     unsupported = sorted({n.op for n in graph.nodes if n.op not in EXPORTERS})
     if unsupported:
         raise UnsupportedError(f"ONNX backend: no ONNX mapping for IR op(s) {', '.join(unsupported)}")
     for value in graph.constants:
-        assert value.const is not None
-        w.initializers.append(numpy_helper.from_array(value.const, value.name))
+        w.emit_constant(value)
     for node in graph.nodes:
         if skip is not None and skip(node):
             continue
-        ins = [w.name(v) for v in node.inputs]
-        outs = [w.name(v) for v in node.outputs]
-        EXPORTERS[node.op](w, node, ins, outs)
+        w.emit_node(node)
 
 
 def finish(w: OnnxWriter, pipeline: str = "") -> Any:
@@ -315,7 +321,7 @@ def finish(w: OnnxWriter, pipeline: str = "") -> Any:
     )
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", w.opset)], producer_name="qcc",
                               producer_version=__version__)
-    proto.ir_version = 8 if w.opset < 19 else 9
+    proto.ir_version = 8 if w.opset < 19 else 9 if w.opset < 21 else 10
     passes = pipeline or ",".join(w.model.passes_run)
     helper.set_model_props(proto, {"qcc.version": __version__, "qcc.pipeline": passes,
                                    "qcc.source": str(w.model.metadata.get("source", ""))})

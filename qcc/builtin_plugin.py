@@ -9,13 +9,25 @@ BUILTINS = Plugin(
     passes={
         "dce": "qcc.passes.cleanup:DeadCodeElimination",
         "fold-constants": "qcc.passes.cleanup:FoldConstants",
+        "fold-bn": "qcc.passes.fold_bn:FoldBatchNorm",
+        "insert-quantize": "qcc.passes.insert_quantize:InsertQuantize",
+        "calibrate": "qcc.passes.calibrate:Calibrate",
+        "apply-overrides": "qcc.passes.apply_overrides:ApplyOverrides",
+        "quantize-affine": "qcc.passes.quantize_affine:QuantizeAffine",
+        "assign-fixed-point": "qcc.passes.assign_fixed_point:AssignFixedPoint",
+        "binarize-weights": "qcc.passes.binarize_weights:BinarizeWeights",
+        "sensitivity": "qcc.passes.sensitivity:Sensitivity",
     },
     frontends={
         "onnx": "qcc.frontends.onnx:FRONTEND",
         "nnp": "qcc.frontends.nnp:FRONTEND",
+        "torch": "qcc.frontends.torch:FRONTEND",
     },
     backends={
         "onnx": "qcc.backends.onnx_float:BACKEND",
+        "c": "qcc.backends.c:BACKEND",
+        "nnb": "qcc.backends.nnb.backend:BACKEND",
+        "onnx-qdq": "qcc.backends.onnx_qdq:BACKEND",
         "nnp": "qcc.backends.nnp:BACKEND",
     },
 )

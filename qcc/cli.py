@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -37,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME",
                    help="quantization scheme: " + ", ".join(SCHEMES))
     c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
-    c.add_argument("--method", default="minmax", choices=METHODS, help="activation range estimator")
+    c.add_argument("--method", default=None, choices=METHODS,
+                   help="activation range estimator (default: minmax; mse for fixed8)")
     c.add_argument("--per-tensor", action="store_true", help="per-tensor (not per-channel) weight scales")
     c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
     c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
@@ -163,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("qcc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `qcc passes | head`: the reader left; not an error worth a message
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:
         if args.debug:
             traceback.print_exc()

@@ -8,33 +8,69 @@ from __future__ import annotations
 
 import os
 import zipfile
+import tokenize
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from qcc import limits
 from qcc.errors import InvalidInputError
 from qcc.ir.core import Model
 from qcc.ir.types import DTYPES
 
-MAX_DATA_BYTES = 4 * 1024**3
 
 
-def load_npz(path: str | os.PathLike[str], max_bytes: int = MAX_DATA_BYTES) -> dict[str, np.ndarray]:
+def load_npz(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Read arrays without unpickling; sizes and member counts are checked before inflating."""
     source = Path(path)
+    lim = limits.current()
+    max_bytes = max_bytes or lim.max_archive_bytes
     try:
         with zipfile.ZipFile(source) as zf:
-            total = sum(info.file_size for info in zf.infolist())
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise InvalidInputError(f"{source}: not a readable .npz file ({exc})") from None
-    if total > max_bytes:
-        raise InvalidInputError(f"{source}: {total} bytes uncompressed is over the {max_bytes}-byte limit")
-    try:
-        with np.load(source, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
+            infos = zf.infolist()
+            limits.check_count("archive members", len(infos), lim.max_archive_members, str(source))
+            total = sum(info.file_size for info in infos)
+            if total > max_bytes:
+                raise InvalidInputError(f"{source}: {total} bytes uncompressed is over the {max_bytes}-byte limit")
+            arrays: dict[str, np.ndarray] = {}
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    raise InvalidInputError(f"{source}: member {info.filename!r} is not a .npy array")
+                arrays[info.filename[:-4]] = _read_member(zf, info, str(source))
+            return arrays
+    except InvalidInputError:
+        raise
     except ValueError as exc:
         raise InvalidInputError(f"{source}: {exc} (object arrays/pickles are refused)") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise InvalidInputError(f"{source}: corrupt .npz member ({exc})") from None
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, KeyError, NotImplementedError, SyntaxError,
+            TypeError, tokenize.TokenError) as exc:
+        raise InvalidInputError(f"{source}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> np.ndarray:
+    """One .npy member: the header is checked against the member's size before any allocation."""
+    fmt = np.lib.format
+    with zf.open(info) as member:
+        version = fmt.read_magic(member)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(member)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(member)
+        else:
+            raise InvalidInputError(f"{source}: member {info.filename!r} has .npy format version {version}")
+        if dtype.hasobject:
+            raise InvalidInputError(f"{source}: member {info.filename!r} holds Python objects (pickles are refused)")
+        count = int(np.prod(shape, dtype=np.float64))
+        limits.check_elements(count, f"array {info.filename!r}", source)
+        if count * dtype.itemsize > info.file_size:
+            raise InvalidInputError(f"{source}: member {info.filename!r} declares {shape} but holds {info.file_size} bytes")
+        data = member.read(count * dtype.itemsize)
+    if len(data) != count * dtype.itemsize:
+        raise InvalidInputError(f"{source}: member {info.filename!r} is truncated")
+    array = np.frombuffer(data, dtype=dtype)
+    array = array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
+    return np.array(array)
 
 
 def bind_inputs(model: Model, arrays: dict[str, np.ndarray], source: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:

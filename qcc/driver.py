@@ -6,6 +6,7 @@ backend's requirements -> run with verification -> write atomically -> report.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ class CompileOptions:
     target: str | None = None
     quantize: str = "none"
     calib: str | None = None
-    method: str = "minmax"
+    method: str | None = None  # None: the scheme's default (qcc.pipelines.default_method)
     per_tensor: bool = False
     settings: str | None = None
     overrides: Sequence[str] = ()
@@ -90,7 +91,7 @@ def compile(
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
     if opts.quantize not in SCHEMES:
         raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
-    if opts.method not in METHODS:
+    if opts.method is not None and opts.method not in METHODS:
         raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
     out = os.fspath(output)
     backend = backend_for(out, opts.target)
@@ -118,9 +119,16 @@ def compile(
         insts.append(PrintAfterAll())
     if opts.dump_ir:
         insts.append(DumpIR(Path(opts.dump_ir)))
+    reference = copy.deepcopy(loaded) if opts.eval else None  # the float model, for --eval
     result = PassManager(pipeline, verify=opts.verify_each, instruments=insts).run(loaded, ctx)
     compiled = result.model
-    backend.write(compiled, out, **_backend_options(opts))
+    if reference is not None:  # before writing: bad --eval data must leave no output behind
+        from qcc.reporting import evaluate
+
+        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval))
+    written = backend.write(compiled, out, **_backend_options(opts))
+    for entry in written or ():  # a backend may return the tensors it leaves in float
+        ctx.note("float_fallbacks", entry)
     if timer:
         timer.report()
     report = build_report(compiled, ctx, opts, out, backend)

@@ -38,12 +38,12 @@ def _exported_values(model: Model) -> list[Value]:
     for value in graph.inputs:
         add(value)
     for node in graph.nodes:
-        for value in node.outputs:
-            add(value)
+        for out in node.outputs:
+            add(out)
     for node in graph.nodes:
-        for value in node.inputs:
-            if value is not None and value.is_const:
-                add(value)
+        for used in node.inputs:
+            if used is not None and used.is_const:
+                add(used)
     keys: list[tuple[float, int]] = []
     last = -1.0
     for position, value in enumerate(listed):
@@ -63,9 +63,9 @@ def type_name(value: Value) -> str:
     if isinstance(quant, Sign):
         return "SIGN"
     if isinstance(quant, Affine) and quant.axis is None and quant.zero_point == (0,) and quant.dtype in ("int8", "int16"):
-        frac = -_log2_int(quant.scale[0])
-        if frac is not None:
-            quant = FixedPoint(8 if quant.dtype == "int8" else 16, frac)
+        exponent = _log2_int(quant.scale[0])
+        if exponent is not None:
+            quant = FixedPoint(8 if quant.dtype == "int8" else 16, -exponent)
     if isinstance(quant, FixedPoint) and quant.bits in (8, 16) and 0 <= quant.frac <= MAX_POSITION:
         return f"FIXED{quant.bits}_{quant.frac}"
     raise UnsupportedError(f"tensor {value.name!r}: annotation {quant} has no settings.yaml type "

@@ -278,19 +278,52 @@ def _bn(ctx: _Ctx, f: Any, p: Any) -> None:
                               param(var, 1.0, "var")], {"epsilon": float(p.eps)})
 
 
+def nnabla_pool_size(size: int, kernel: int, stride: int, pad: int, ignore_border: bool) -> int:
+    """nnabla's pooled length (ignore_border=False: every window that starts on a real element)."""
+    if ignore_border:
+        return (size + 2 * pad - kernel) // stride + 1
+    return (size + pad - 1) // stride + 1
+
+
+def pool_geometry(op: str, attrs: dict[str, Any], hw: tuple[int, int],
+                  ignore_border: bool, pad: list[int]) -> dict[str, Any] | None:
+    """IR pads/ceil_mode reproducing nnabla pooling with symmetric `pad` (None: not expressible).
+
+    With ignore_border=False nnabla runs windows past the end; padding there counts like the
+    declared pad for Max/Sum/exclusive Avg, so a larger end pad is exact. Inclusive Avg counts
+    only up to the declared pad, which is IR ceil_mode's overhang rule when the counts agree.
+    """
+    if ignore_border:
+        return {"pads": pad + pad, "ceil_mode": False}
+    kernel, strides = attrs["kernel"], attrs["strides"]
+    outs = [nnabla_pool_size(hw[i], kernel[i], strides[i], pad[i], False) for i in range(2)]
+    ends = [max(0, (outs[i] - 1) * strides[i] + kernel[i] - hw[i] - pad[i]) for i in range(2)]
+    if op != "AvgPool" or not attrs.get("count_include_pad") or all(e <= p for e, p in zip(ends, pad)):
+        return {"pads": pad + ends, "ceil_mode": False}
+    from qcc.ir.ops._common import spatial_out
+
+    try:
+        ceil = [spatial_out(hw[i], kernel[i], strides[i], pad[i], pad[i], 1, True) for i in range(2)]
+    except ValueError:
+        return None
+    return {"pads": pad + pad, "ceil_mode": True} if ceil == outs else None
+
+
 @importer("MaxPooling", "AveragePooling", "SumPooling")
 def _pool(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     kernel = _dims(p.kernel, [])
     _need(x.type.rank == 4 and len(kernel) == 2, ctx, f, f"only 2-D pooling of NCHW inputs (kernel {kernel})")
     _need(not p.channel_last, ctx, f, "channel_last is not supported")
-    pad = _dims(p.pad, [0, 0])
-    attrs: dict[str, Any] = {"kernel": kernel, "strides": _dims(p.stride, kernel), "pads": pad + pad,
-                             "ceil_mode": not p.ignore_border}
     op = {"MaxPooling": "MaxPool", "AveragePooling": "AvgPool", "SumPooling": "SumPool"}[f.type]
+    attrs: dict[str, Any] = {"kernel": kernel, "strides": _dims(p.stride, kernel)}
     if op == "AvgPool":
         attrs["count_include_pad"] = bool(p.including_pad)
-    ctx.emit(f, op, [x], attrs)
+    hw = (int(x.type.shape[2]), int(x.type.shape[3]))
+    geometry = pool_geometry(op, attrs, hw, bool(p.ignore_border), _dims(p.pad, [0, 0]))
+    _need(geometry is not None, ctx, f, "ignore_border=false with including_pad windows past the padding")
+    assert geometry is not None
+    ctx.emit(f, op, [x], {**attrs, **geometry})
 
 
 @importer("GlobalAveragePooling")
@@ -448,9 +481,9 @@ def _slice(ctx: _Ctx, f: Any, p: Any) -> None:
 def _affine_levels(ctx: _Ctx, f: Any, arrays: list[np.ndarray], eps: float) -> QuantType | None:
     """MinMaxQuantize's static range as an Affine annotation (nnabla's zero-point nudge), if it is one."""
     qr_min, qr_max, ql_min, ql_max = arrays
-    if ql_min.size != 1 or ql_max.size != 1 or qr_min.shape != qr_max.shape:
+    if np.ptp(ql_min) != 0 or np.ptp(ql_max) != 0 or qr_min.shape != qr_max.shape:
         return None
-    levels = (int(round(float(ql_min.reshape(-1)[0]))), int(round(float(ql_max.reshape(-1)[0]))))
+    levels = (round(float(ql_min.reshape(-1)[0])), round(float(ql_max.reshape(-1)[0])))
     dtype = AFFINE_LEVELS.get(levels)
     if dtype is None:
         return None

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from qcc import limits
-from qcc.errors import InvalidInputError, UnsupportedError
+from qcc.errors import InvalidInputError, QccError, UnsupportedError
+from qcc.io import quiet_native_stderr
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import TensorType
 from qcc.ir.verify import verify_model
@@ -557,7 +558,7 @@ def _read(path: Path, max_bytes: int) -> Any:
     import warnings
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_native_stderr():
             warnings.simplefilter("ignore")
             proto = onnx.load_from_string(data)
     except (DecodeError, Exception) as exc:  # protobuf raises several types for corrupt bytes
@@ -611,7 +612,7 @@ def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: 
 
 
 def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
@@ -641,6 +642,9 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
         ctx.values[vi.name] = graph.add_input(vi.name, ttype)
     unsupported: dict[str, list[str]] = {}
     for node in g.node:
+        texts = [node.op_type, node.name, node.domain, *node.input, *node.output]
+        if not all(isinstance(t, str) for t in texts):
+            raise InvalidInputError(f"{source}: node {node.name!r} has names that are not valid UTF-8")
         if node.domain not in ("", "ai.onnx"):
             unsupported.setdefault(f"{node.domain}.{node.op_type}", []).append(node.name)
             continue
@@ -653,17 +657,14 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
     for index, node in enumerate(g.node):
         if not node.name:
             node.name = f"{node.op_type.lower()}_{index}"
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if _fold(ctx, node, attrs):
-            continue
-        if node.op_type not in IMPORTERS:
-            raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) is only supported on constant inputs")
-        for name in node.input:
-            if name and name not in ctx.values and name not in ctx.consts:
-                if any(name in other.output for other in g.node):
-                    raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, an output qcc does not compute (e.g. a Dropout mask or MaxPool indices)")
-                raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, which is not defined before it")
-        IMPORTERS[node.op_type](ctx, node, attrs)
+        try:
+            _import_node(ctx, g, node, source)
+        except QccError:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            # hostile or malformed attributes: name the node instead of crashing
+            raise InvalidInputError(
+                f"{source}: node {node.name!r} ({node.op_type}) is malformed: {type(exc).__name__}: {exc}") from None
     for vi in g.output:
         if vi.name in ctx.values:
             graph.outputs.append(ctx.values[vi.name])
@@ -678,6 +679,23 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
     if problems:
         raise InvalidInputError(f"{source}: imported graph is invalid: " + "; ".join(problems[:10]))
     return model
+
+
+def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if _fold(ctx, node, attrs):
+        return
+    if node.op_type not in IMPORTERS:
+        raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) is only supported on constant inputs")
+    for name in node.input:
+        if name and name not in ctx.values and name not in ctx.consts:
+            if any(name in other.output for other in g.node):
+                raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, an output qcc "
+                                       "does not compute (e.g. a Dropout mask or MaxPool indices) or that comes later (a cycle)")
+            raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, which is not defined before it")
+    IMPORTERS[node.op_type](ctx, node, attrs)
 
 
 class OnnxFrontend:

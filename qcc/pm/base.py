@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -118,13 +119,10 @@ class Pass:
         pass_name = cls.name
         if not attrs.has(cls):
             return []
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # an annotation naming something only imported under TYPE_CHECKING
-            hints = {}
+        hints = _field_types(cls)
         out = []
         for field in attrs.fields(cls):
-            hint = hints.get(field.name, str)
+            hint = hints[field.name]
             default = field.default
             if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                 default = default.factory()  # type: ignore[attr-defined]
@@ -148,6 +146,28 @@ class Pass:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"pass {cls.name!r}: {exc}") from None
+
+
+def _field_types(cls: Any) -> dict[str, Any]:
+    """Resolved field annotations; names `typing` exports resolve even if the module lacks them."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:
+        pass
+    module = sys.modules.get(cls.__module__)
+    scope = {**{n: getattr(typing, n) for n in typing.__all__}, **(vars(module) if module else {})}
+    out = {}
+    for field in attrs.fields(cls):
+        hint = field.type
+        if isinstance(hint, str):
+            try:
+                hint = eval(hint, scope)
+            except Exception as exc:
+                raise UsageError(
+                    f"pass {cls.name!r}: cannot resolve the type {hint!r} of option {field.name!r} ({exc})"
+                ) from None
+        out[field.name] = hint if hint is not None else str
+    return out
 
 
 def type_text(hint: Any) -> str:

@@ -77,7 +77,8 @@ class Interpreter:
 
     def _store(self, value: Value, array: np.ndarray) -> np.ndarray:
         if self.quantized and value.quant is not None:
-            return apply_annotation(array, value.quant)
+            # meta["rounding"]: 'trunc' where the target truncates what it computes (assign-fixed-point)
+            return apply_annotation(array, value.quant, value.meta.get("rounding", "half_even"))
         return array
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Iterable[str] | None = None) -> dict[str, np.ndarray]:
@@ -121,14 +122,36 @@ class Interpreter:
 
 
 def run_model(model: Model, feeds: dict[str, np.ndarray], quantized: bool = False, **kwargs: Any) -> dict[str, np.ndarray]:
-    """Run once; returns the graph outputs by name."""
-    return Interpreter(model, quantized=quantized, **kwargs).run(feeds)
+    """Run once; returns the graph outputs by name.
+
+    quantized=True on a model whose every activation is FixedPoint (no custom `kernels`) runs the
+    bit-exact integer kernels of `qcc.sim.fixed` (what targets c and nnb compute); any other
+    annotated model is fake-quantized value by value.
+    """
+    return _runner(model, quantized, **kwargs).run(feeds)
+
+
+def _runner(model: Model, quantized: bool, **kwargs: Any) -> Any:
+    if quantized and not kwargs.get("kernels"):
+        from qcc.sim.fixed import FixedRunner, is_fixed_model
+
+        if is_fixed_model(model):
+            return _FixedAdapter(FixedRunner(model, observer=kwargs.get("observer")), kwargs.get("keep_all", False))
+    return Interpreter(model, quantized=quantized, **kwargs)
+
+
+class _FixedAdapter:
+    def __init__(self, runner: Any, keep_all: bool) -> None:
+        self.runner, self.keep_all = runner, keep_all
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.runner.run(feeds, keep_all=self.keep_all)  # type: ignore[no-any-return]
 
 
 def run_batched(model: Model, feeds: dict[str, np.ndarray], batch_size: int = 64, quantized: bool = False,
                 **kwargs: Any) -> dict[str, np.ndarray]:
     """Run over the first axis in batches and concatenate the outputs."""
-    interp = Interpreter(model, quantized=quantized, **kwargs)
+    interp = _runner(model, quantized, **kwargs)
     feeds = check_feeds(model, feeds)
     n = len(next(iter(feeds.values()))) if feeds else 0
     parts: dict[str, list[np.ndarray]] = {}

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from qcc_hardact.fuse import FuseHardActivation
 
 import qcc
 from qcc import testing
-from qcc_hardact.fuse import FuseHardActivation
 
-WIDE = {"low": -9.0, "high": 9.0}  # beyond both clamp knees (-3 and 3)
+
+def wide_feeds(model: qcc.Model) -> dict[str, np.ndarray]:
+    """Inputs well beyond both clamp knees (-3 and 3)."""
+    return testing.random_feeds(model, low=-9.0, high=9.0)
 
 
 def torch_hardswish(graph: qcc.Graph, x: qcc.Value) -> qcc.Value:
@@ -24,7 +27,7 @@ def torch_hardswish(graph: qcc.Graph, x: qcc.Value) -> qcc.Value:
 
 def test_torch_hardswish_becomes_one_node_with_the_same_output() -> None:
     before = testing.make_model({"x": ("N", 16)}, torch_hardswish)
-    after = testing.check_pass(before, FuseHardActivation(), testing.random_feeds(before, **WIDE))
+    after = testing.check_pass(before, FuseHardActivation(), wide_feeds(before))
     assert testing.op_counts(before) == {"Add": 1, "Clip": 1, "Mul": 1, "Div": 1}
     testing.assert_ir(after, """
         model "test" {
@@ -44,7 +47,7 @@ def test_hard_sigmoid_with_other_bounds_and_constant_on_the_left() -> None:
 
     before = testing.make_model({"x": ("N", 3, 4)}, build)
     testing.check_pass(before, FuseHardActivation(), expect_modified=False)  # max 2 is not 6
-    after = testing.check_pass(before, FuseHardActivation(max_value=2.0), testing.random_feeds(before, **WIDE))
+    after = testing.check_pass(before, FuseHardActivation(max_value=2.0), wide_feeds(before))
     (node,) = after.graph.nodes
     assert (node.op, node.attrs, node.outputs[0].name) == ("HardSigmoid", {"alpha": 0.5, "beta": 0.5}, "gate")
     assert after.graph.constants == []
@@ -52,7 +55,7 @@ def test_hard_sigmoid_with_other_bounds_and_constant_on_the_left() -> None:
 
 def test_hardswish_option_keeps_the_multiply() -> None:
     before = testing.make_model({"x": ("N", 8)}, torch_hardswish)
-    after = testing.check_pass(before, FuseHardActivation(hardswish=False), testing.random_feeds(before, **WIDE))
+    after = testing.check_pass(before, FuseHardActivation(hardswish=False), wide_feeds(before))
     assert testing.op_counts(after) == {"HardSigmoid": 1, "Mul": 1}
     # and a later run with the option on finishes the job
     assert testing.op_counts(testing.check_pass(after, FuseHardActivation())) == {"HardSwish": 1}

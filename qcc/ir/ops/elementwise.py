@@ -192,6 +192,20 @@ class Softmax(OpDef):
         return [(e / e.sum(axis=axis, keepdims=True)).astype(xs[0].dtype)]
 
 
+@register
+class LogSoftmax(OpDef):
+    """log(softmax(x)) along axis, computed as x - max - log(sum(exp(x - max))) to stay finite."""
+
+    attrs = {"axis": AttrSpec("int", -1)}
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0].astype(np.float64)
+        shifted = x - x.max(axis=node.attrs["axis"], keepdims=True)
+        log_sum = np.log(np.exp(shifted).sum(axis=node.attrs["axis"], keepdims=True))
+        return [(shifted - log_sum).astype(xs[0].dtype)]
+
+
 class _Binary(OpDef):
     inputs = ("a", "b")
     traits = frozenset({"elementwise", "broadcast"})

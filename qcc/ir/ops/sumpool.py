@@ -1,4 +1,4 @@
-"""SumPool: nnabla's SumPooling (and nnabla-c-runtime has a fixed-point kernel for it)."""
+"""SumPool: nnabla's SumPooling (nnabla-c-runtime has a fixed-point kernel for it)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,18 @@ from typing import Any
 
 import numpy as np
 
-from qcc.ir.ops.nn import _POOL_ATTRS, _pool_infer, pool_windows
-from qcc.ir.registry import OpDef, register
-from qcc.ir.types import TensorType
+from qcc.ir.ops.nn import MaxPool, pool_windows
+from qcc.ir.registry import register
 
 
 @register
-class SumPool(OpDef):
-    """Sum over KHxKW windows (padding adds zeros; ceil-mode overhang adds nothing)."""
+class SumPool(MaxPool):
+    """Sum over KHxKW windows (padding adds zeros; ceil-mode overhang adds nothing).
 
-    attrs = _POOL_ATTRS
+    Same attributes and shape rule as MaxPool, whose schema it reuses.
+    """
 
-    @staticmethod
-    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
-        return _pool_infer(types, attrs)
+    name = "SumPool"
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,305 @@
+"""The files of target c: <name>.h (API), <name>.c (kernels, weights, run), main.c, Makefile."""
+
+from __future__ import annotations
+
+import attrs
+
+from qcc import __version__
+from qcc.backends.c import kernels as K
+from qcc.backends.c.ctype import pow2
+from qcc.backends.c.lower import MAX_RANK, Arg, Call, Lowering, Ptr, c_identifier, numel, static_shape
+from qcc.backends.c.memory import Layout, layout
+from qcc.ir.core import Model, Node, Value
+
+
+@attrs.frozen
+class Generated:
+    """The sources plus what the bench and the tests read back (sizes, the plan)."""
+
+    files: dict[str, str]
+    name: str
+    mode: str
+    layout: Layout
+    arena_bytes: int
+
+
+def generate(model: Model, name: str) -> Generated:
+    """All sources for one model; raises UnsupportedError before producing anything partial."""
+    ident = c_identifier(name).lower()
+    lw = Lowering(model)
+    acts = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
+    align = max(lw.ctype(v).size for v in acts) if acts else 4
+
+    def nbytes(value: Value) -> int:
+        return lw.ctype(value).size * numel(value)
+
+    lay = layout(model, lw.steps, nbytes, align)
+    body = _run_body(model, lw, lay)
+    arena_ctype = "float" if lw.mode == "float" else f"int{8 * align}_t"
+    files = {
+        f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align),
+        f"{ident}.c": _source(model, lw, ident, body),
+        "main.c": MAIN.replace("NAME", ident).replace("UPPER", ident.upper()),
+        "Makefile": MAKEFILE.replace("NAME", ident),
+    }
+    return Generated(files, ident, lw.mode, lay, lay.plan.total)
+
+
+def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
+    def resolve(arg: Arg, node: Node) -> str:
+        if isinstance(arg, str):
+            return arg
+        value = arg.value
+        offset = lay.offset(value)
+        if offset is None:  # a view of a constant
+            return lw.const(lay.roots[id(value)], node)
+        return f"(({lw.ctype(value).name} *)(void *)(a + {offset}))"
+
+    anchor = model.graph.nodes[0] if model.graph.nodes else None
+
+    def call(c: Call, node: Node | None = anchor) -> str:
+        assert node is not None
+        return f"    {c.fn}({', '.join(resolve(a, node) for a in c.args)});"
+
+    lines = []
+    offset = 0
+    for value in model.graph.inputs:
+        ct, n = lw.ctype(value), numel(value)
+        lines.append(f"    /* input {value.name}: {value.type} -> {value.quant or 'float32'} */")
+        if ct.is_int:
+            fn = K.quantize_input(lw.kernels, ct)
+            lines.append(call(Call(fn, (f"in + {offset}", Ptr(value), str(n), pow2(ct.fixed.frac)))))  # type: ignore[union-attr]
+        else:
+            lines.append(f"    memcpy({resolve(Ptr(value), anchor)}, in + {offset}, {n} * sizeof(float));")
+        offset += n
+    for step in lw.steps:
+        node = step.node
+        if step.alias:
+            lines.append(f"    /* {node.name} ({node.op}): view of {node.input(0).name} */")
+            continue
+        lines.append(f"    /* {node.name} ({node.op}) -> {node.outputs[0].quant or 'float32'} */")
+        lines += [call(c, node) for c in step.calls]
+    offset = 0
+    for value in model.graph.outputs:
+        ct, n = lw.ctype(value), numel(value)
+        lines.append(f"    /* output {value.name}: {value.quant or 'float32'} -> float32 */")
+        if ct.is_int:
+            fn = K.dequantize(lw.kernels, ct)
+            lines.append(call(Call(fn, (Ptr(value), f"out + {offset}", str(n), pow2(-ct.fixed.frac)))))  # type: ignore[union-attr]
+        else:
+            lines.append(f"    memcpy(out + {offset}, {resolve(Ptr(value), anchor)}, {n} * sizeof(float));")
+        offset += n
+    return lines
+
+
+def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: str) -> list[str]:
+    out = []
+    for i, value in enumerate(values):
+        shape = static_shape(value)
+        key = f"{prefix}_{kind}{i}"
+        out += [
+            f'#define {key}_NAME "{value.name}"',
+            f"#define {key}_SIZE {numel(value)}",
+            f"#define {key}_RANK {len(shape)}",
+            f"#define {key}_SHAPE {{{', '.join(map(str, shape))}}}",
+            f'#define {key}_TYPE "{value.quant if mode == "fixed" else "float32"}"',
+        ]
+        quant = value.quant
+        if mode == "fixed" and quant is not None:
+            out += [f"#define {key}_BITS {quant.bits}", f"#define {key}_FRAC {quant.frac}"]  # type: ignore[union-attr]
+    return out
+
+
+def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: str, align: int) -> str:
+    up = ident.upper()
+    graph = model.graph
+    ins, outs = graph.inputs, graph.outputs
+    mode = ("float32" if lw.mode == "float" else
+            "fixed point (nnabla-c-runtime arithmetic, bit-identical to qcc.sim.fixed.run_fixed)")
+    lines = [
+        f"/* {ident}.h: generated by qcc {__version__} (target c) from model \"{graph.name}\". Do not edit.",
+        f" * Numeric mode: {mode}.",
+        " * `in` holds every input and `out` every output as float32, one after another in the order",
+        f" * below; integer models quantize `in` (round half to even, saturate) and dequantize `out`.",
+        " * Symbolic dimensions are bound to 1: one sample per call.",
+        f" * {ident}_run uses a static arena (not reentrant); {ident}_run_with_arena takes the caller's,",
+        f" * {up}_ARENA_SIZE bytes aligned to {up}_ARENA_ALIGN (e.g. an array of {ident}_arena_t).",
+        " * Both return 0, or an error code. No heap, no recursion. */",
+        f"#ifndef {up}_H_",
+        f"#define {up}_H_",
+        "",
+        "#include <stdint.h>",
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        f"#define {up}_OK 0",
+        f"#define {up}_ERR_ARENA 1 /* NULL or misaligned arena */",
+        "",
+        f"#define {up}_NUM_INPUTS {len(ins)}",
+        f"#define {up}_NUM_OUTPUTS {len(outs)}",
+        f"#define {up}_IN_SIZE {sum(numel(v) for v in ins)} /* floats in `in` */",
+        f"#define {up}_OUT_SIZE {sum(numel(v) for v in outs)} /* floats in `out` */",
+        *_tensor_macros(up, "INPUT", ins, lw.mode),
+        *_tensor_macros(up, "OUTPUT", outs, lw.mode),
+        "",
+        f"typedef {arena_ctype} {ident}_arena_t;",
+        f"#define {up}_ARENA_SIZE {max(lay.plan.total, 1)} /* bytes; planned by {lay.source}, lower bound "
+        f"{lay.plan.lower_bound}, no reuse {lay.naive} */",
+        f"#define {up}_ARENA_ALIGN {align}",
+        "",
+        f"int {ident}_run(const float *in, float *out);",
+        f"int {ident}_run_with_arena(const float *in, float *out, void *arena);",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {up}_H_ */",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
+    up = ident.upper()
+    head = [
+        f"/* {ident}.c: generated by qcc {__version__} (target c) from model \"{model.graph.name}\". Do not edit. */",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "#include <string.h>",
+    ]
+    if lw.kernels.uses_math:
+        head.append("#include <math.h>")
+    if lw.mode == "fixed":
+        head += ["#include <float.h>", "", "#if FLT_EVAL_METHOD != 0",
+                 '#error "bit-exact fixed-point code needs float arithmetic in float (FLT_EVAL_METHOD == 0)"',
+                 "#endif"]
+    head += ["", f'#include "{ident}.h"', "", f"#define QCC_MAX_RANK {MAX_RANK}", ""]
+    run = [
+        f"int {ident}_run_with_arena(const float *in, float *out, void *arena)",
+        "{",
+        "    unsigned char *a = (unsigned char *)arena;",
+        f"    if (a == NULL || (uintptr_t)a % {up}_ARENA_ALIGN != 0) {{",
+        f"        return {up}_ERR_ARENA;",
+        "    }",
+        *body,
+        f"    return {up}_OK;",
+        "}",
+        "",
+        f"static {ident}_arena_t qcc_arena[({up}_ARENA_SIZE + sizeof({ident}_arena_t) - 1) / sizeof({ident}_arena_t)];",
+        "",
+        f"int {ident}_run(const float *in, float *out)",
+        "{",
+        f"    return {ident}_run_with_arena(in, out, qcc_arena);",
+        "}",
+        "",
+    ]
+    return "\n".join(head) + lw.kernels.source() + "\n" + "\n".join(lw.defs) + "\n" + "\n".join(run)
+
+
+MAIN = r"""/* main.c: generated by qcc (target c). Example program:
+ *   ./model INPUT.bin OUTPUT.bin [REPEATS]
+ * reads UPPER_IN_SIZE little-endian float32 values (all inputs, one after another), runs the model
+ * and writes UPPER_OUT_SIZE float32 values (all outputs). With REPEATS it runs that many times and
+ * prints the mean CPU time per inference to stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "NAME.h"
+
+static float input[UPPER_IN_SIZE];
+static float output[UPPER_OUT_SIZE];
+
+static void swap_if_big_endian(float *data, long n)
+{
+    const unsigned int one = 1;
+    long i;
+    if (*(const unsigned char *)&one == 1) {
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        unsigned char *b = (unsigned char *)&data[i];
+        unsigned char t = b[0];
+        b[0] = b[3];
+        b[3] = t;
+        t = b[1];
+        b[1] = b[2];
+        b[2] = t;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    FILE *f;
+    long repeats = 1;
+    long i;
+    clock_t start;
+    if (argc < 3 || argc > 4) {
+        fprintf(stderr, "usage: %s INPUT.bin OUTPUT.bin [REPEATS]\n", argv[0]);
+        return 2;
+    }
+    if (argc == 4) {
+        repeats = strtol(argv[3], NULL, 10);
+        if (repeats < 1) {
+            fprintf(stderr, "%s: REPEATS must be a positive integer\n", argv[0]);
+            return 2;
+        }
+    }
+    f = fopen(argv[1], "rb");
+    if (f == NULL) {
+        perror(argv[1]);
+        return 1;
+    }
+    if (fread(input, sizeof(float), UPPER_IN_SIZE, f) != UPPER_IN_SIZE || fgetc(f) != EOF) {
+        fprintf(stderr, "%s: expected exactly %d float32 values\n", argv[1], UPPER_IN_SIZE);
+        fclose(f);
+        return 1;
+    }
+    fclose(f);
+    swap_if_big_endian(input, UPPER_IN_SIZE);
+    start = clock();
+    for (i = 0; i < repeats; ++i) {
+        if (NAME_run(input, output) != UPPER_OK) {
+            fprintf(stderr, "NAME_run failed\n");
+            return 1;
+        }
+    }
+    if (argc == 4) {
+        fprintf(stderr, "%.3f us per inference\n",
+                1e6 * (double)(clock() - start) / CLOCKS_PER_SEC / (double)repeats);
+    }
+    swap_if_big_endian(output, UPPER_OUT_SIZE);
+    f = fopen(argv[2], "wb");
+    if (f == NULL) {
+        perror(argv[2]);
+        return 1;
+    }
+    if (fwrite(output, sizeof(float), UPPER_OUT_SIZE, f) != UPPER_OUT_SIZE) {
+        perror(argv[2]);
+        fclose(f);
+        return 1;
+    }
+    return fclose(f) == 0 ? 0 : 1;
+}
+"""
+
+MAKEFILE = """# Generated by qcc (target c): `make` builds ./model (see main.c).
+# -ffp-contract=off keeps float arithmetic exactly as written (bit-exact fixed-point models).
+CC ?= cc
+CFLAGS ?= -std=c99 -O2 -Wall -Wextra -pedantic -ffp-contract=off
+LDLIBS = -lm
+
+model: main.o NAME.o
+\t$(CC) $(LDFLAGS) -o $@ main.o NAME.o $(LDLIBS)
+
+main.o: main.c NAME.h
+NAME.o: NAME.c NAME.h
+
+clean:
+\trm -f model main.o NAME.o
+
+.PHONY: clean
+"""

@@ -1,0 +1,772 @@
+"""C source of the kernels, generated per element-type combination; only used ones are emitted.
+
+Integer kernels reproduce `qcc.sim.fixed` exactly: int64 sums, truncation toward zero by C
+division, saturation, the runtime's saturating add. Float code writes one operation per
+statement where a multiply meets an add, so no compiler contracts it into an FMA under the
+default C99 rules; the fixed-point generic kernels (float32 between getter and setter) depend on
+that and on FLT_EVAL_METHOD == 0 (checked at compile time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from qcc.backends.c.ctype import CType
+
+HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sat": ("""
+static int32_t qcc_sat(int64_t v, int32_t lo, int32_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : (int32_t)v);
+}
+""", ()),
+    "shift": ("""
+/* v * 2^-n: C division truncates toward zero; n < 0 multiplies. */
+static int64_t qcc_shift(int64_t v, int n)
+{
+    if (n > 0) {
+        return v / ((int64_t)1 << n);
+    }
+    if (n < 0) {
+        return v * ((int64_t)1 << -n);
+    }
+    return v;
+}
+""", ()),
+    "wrap": ("""
+/* Two's-complement wrap to `bits` bits, without implementation-defined conversions. */
+static int32_t qcc_wrap(int64_t v, int bits)
+{
+    const uint32_t m = (uint32_t)1 << bits;
+    const uint32_t u = (uint32_t)((uint64_t)v & (m - 1u));
+    return u >= (m >> 1) ? (int32_t)u - (int32_t)m : (int32_t)u;
+}
+""", ()),
+    "sat_add": ("""
+/* nnabla-c-runtime's saturating add: overflow saturates, MIN + MIN wraps to 0. */
+static int32_t qcc_sat_add(int32_t a, int32_t b, int bits)
+{
+    const int32_t r = qcc_wrap((int64_t)a + b, bits);
+    if (a > 0 && b > 0 && r < 0) {
+        return ((int32_t)1 << (bits - 1)) - 1;
+    }
+    if (a < 0 && b < 0 && r > 0) {
+        return -((int32_t)1 << (bits - 1));
+    }
+    return r;
+}
+""", ("wrap",)),
+    "sat_sub": ("""
+/* nnabla-c-runtime's saturating subtract: 0 - MIN gives MIN. */
+static int32_t qcc_sat_sub(int32_t a, int32_t b, int bits)
+{
+    const int32_t r = qcc_wrap((int64_t)a - b, bits);
+    if (r < 0 && a > 0 && b < 0) {
+        return ((int32_t)1 << (bits - 1)) - 1;
+    }
+    if (r > 0 && a < 0 && b > 0) {
+        return -((int32_t)1 << (bits - 1));
+    }
+    return r;
+}
+""", ("wrap",)),
+    "store": ("""
+/* The setter: v * 2^frac (scale, exact) truncated toward zero and saturated; NaN stores 0. */
+static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)
+{
+    const float t = v * scale;
+    if (t != t) {
+        return 0;
+    }
+    if (t >= (float)hi) {
+        return hi;
+    }
+    if (t <= (float)lo) {
+        return lo;
+    }
+    return (int32_t)t;
+}
+""", ()),
+    "round": ("""
+/* Input quantization: v * 2^frac rounded half to even, saturated; NaN gives 0. */
+static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
+{
+    const float t = v * scale;
+    int32_t i;
+    float r;
+    if (t != t) {
+        return 0;
+    }
+    if (t >= (float)hi) {
+        return hi;
+    }
+    if (t <= (float)lo) {
+        return lo;
+    }
+    i = (int32_t)t;
+    r = t - (float)i;
+    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
+        i += 1;
+    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
+        i -= 1;
+    }
+    return i;
+}
+""", ()),
+    "expf": ("""
+/* exp rounded once from double precision (qcc.sim.fixed.exp_f32). */
+static float qcc_expf(float v)
+{
+    return (float)exp((double)v);
+}
+""", ()),
+    "tanhf": ("""
+static float qcc_tanhf(float v)
+{
+    return (float)tanh((double)v);
+}
+""", ()),
+    "bcast": ("""
+/* Output index -> input indices of a broadcasting binary op (dims of size 1 have stride 0). */
+typedef struct {
+    int rank;
+    long shape[QCC_MAX_RANK];
+    long sa[QCC_MAX_RANK];
+    long sb[QCC_MAX_RANK];
+} qcc_bcast_t;
+
+static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
+{
+    int d;
+    for (d = p->rank - 1; d >= 0; --d) {
+        *ia += p->sa[d];
+        *ib += p->sb[d];
+        if (++idx[d] < p->shape[d]) {
+            return;
+        }
+        *ia -= p->sa[d] * p->shape[d];
+        *ib -= p->sb[d] * p->shape[d];
+        idx[d] = 0;
+    }
+}
+""", ()),
+    "perm": ("""
+/* Transpose: output shape and, per output axis, the input stride it walks. */
+typedef struct {
+    int rank;
+    long shape[QCC_MAX_RANK];
+    long stride[QCC_MAX_RANK];
+} qcc_perm_t;
+""", ()),
+    "conv_t": ("""
+typedef struct {
+    int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;
+} qcc_conv_t;
+""", ()),
+    "pool_t": ("""
+/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). */
+typedef struct {
+    int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew, include_pad;
+} qcc_pool_t;
+""", ()),
+}
+
+MATH_HELPERS = frozenset({"expf", "tanhf"})
+
+
+class KernelSet:
+    """The helpers and kernels one model needs, in dependency order."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, str] = {}
+        self.uses_math = False
+
+    def helper(self, name: str) -> None:
+        if name in self.code:
+            return
+        code, deps = HELPERS[name]
+        for dep in deps:
+            self.helper(dep)
+        self.uses_math |= name in MATH_HELPERS
+        self.code[name] = code
+
+    def kernel(self, name: str, make: Callable[[], str], helpers: tuple[str, ...] = ()) -> str:
+        for helper in helpers:
+            self.helper(helper)
+        if name not in self.code:
+            self.code[name] = make()
+        return name
+
+    def source(self) -> str:
+        return "".join(self.code.values())
+
+
+def _sig(name: str, params: list[str]) -> str:
+    return f"static void {name}({', '.join(params)})"
+
+
+def _scale_params(x: CType, y: CType) -> list[str]:
+    return (["float xinv"] if x.is_int else []) + (["float yscale"] if y.is_int else [])
+
+
+# ---------------------------------------------------------------- float-only kernels
+
+
+def conv_f32(ks: KernelSet) -> str:
+    """Direct convolution accumulating whole output rows (the inner loop vectorizes)."""
+    return ks.kernel("qcc_conv_f32", lambda: """
+static void qcc_conv_f32(const float *x, const float *w, const float *b, float *y, const qcc_conv_t *p)
+{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const long plane = (long)p->oh * p->ow;
+    int n, o, ic, ky, kx, oy, ox;
+    long i;
+    for (n = 0; n < p->n; ++n) {
+        for (o = 0; o < p->o; ++o) {
+            float *yo = y + ((long)n * p->o + o) * plane;
+            const int g = o / og;
+            const float bias = b != NULL ? b[o] : 0.0f;
+            for (i = 0; i < plane; ++i) {
+                yo[i] = bias;
+            }
+            for (ic = 0; ic < cg; ++ic) {
+                const float *xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
+                const float *wc = w + ((long)o * cg + ic) * p->kh * p->kw;
+                for (ky = 0; ky < p->kh; ++ky) {
+                    for (kx = 0; kx < p->kw; ++kx) {
+                        const float wv = wc[ky * p->kw + kx];
+                        const int dx = kx * p->dw - p->pw;
+                        int ox0 = 0;
+                        int ox1 = p->ow;
+                        while (ox0 < ox1 && ox0 * p->sw + dx < 0) {
+                            ++ox0;
+                        }
+                        while (ox1 > ox0 && (ox1 - 1) * p->sw + dx >= p->w) {
+                            --ox1;
+                        }
+                        for (oy = 0; oy < p->oh; ++oy) {
+                            const int iy = oy * p->sh + ky * p->dh - p->ph;
+                            const float *xr;
+                            float *yr;
+                            if (iy < 0 || iy >= p->h) {
+                                continue;
+                            }
+                            xr = xc + (long)iy * p->w;
+                            yr = yo + (long)oy * p->ow;
+                            if (p->sw == 1) {
+                                for (ox = ox0; ox < ox1; ++ox) {
+                                    const float t = xr[ox + dx] * wv;
+                                    yr[ox] += t;
+                                }
+                            } else {
+                                for (ox = ox0; ox < ox1; ++ox) {
+                                    const float t = xr[ox * p->sw + dx] * wv;
+                                    yr[ox] += t;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+""", ("conv_t",))
+
+
+def dense_f32(ks: KernelSet) -> str:
+    return ks.kernel("qcc_dense_f32", lambda: """
+/* y = x (n, k) @ w (k, m) + b */
+static void qcc_dense_f32(const float *x, const float *w, const float *b, float *y, long n, long k, long m)
+{
+    long i, j, t;
+    for (i = 0; i < n; ++i) {
+        float *yi = y + i * m;
+        for (j = 0; j < m; ++j) {
+            yi[j] = b != NULL ? b[j] : 0.0f;
+        }
+        for (t = 0; t < k; ++t) {
+            const float xv = x[i * k + t];
+            const float *wr = w + t * m;
+            for (j = 0; j < m; ++j) {
+                const float p = xv * wr[j];
+                yi[j] += p;
+            }
+        }
+    }
+}
+""")
+
+
+def lrn_f32(ks: KernelSet) -> str:
+    ks.uses_math = True
+    return ks.kernel("qcc_lrn_f32", lambda: """
+static void qcc_lrn_f32(const float *x, float *y, int n, int c, long inner, int size, float alpha,
+                        float beta, float bias)
+{
+    const int lo = (size - 1) / 2;
+    const int hi = size - 1 - lo;
+    int b, ch, cc;
+    long i;
+    for (b = 0; b < n; ++b) {
+        for (ch = 0; ch < c; ++ch) {
+            const int c0 = ch - lo < 0 ? 0 : ch - lo;
+            const int c1 = ch + hi > c - 1 ? c - 1 : ch + hi;
+            for (i = 0; i < inner; ++i) {
+                float s = 0.0f;
+                float d;
+                for (cc = c0; cc <= c1; ++cc) {
+                    const float v = x[((long)b * c + cc) * inner + i];
+                    const float sq = v * v;
+                    s += sq;
+                }
+                d = alpha / (float)size;
+                d = d * s;
+                d = bias + d;
+                y[((long)b * c + ch) * inner + i] =
+                    x[((long)b * c + ch) * inner + i] / (float)pow((double)d, (double)beta);
+            }
+        }
+    }
+}
+""")
+
+
+# ---------------------------------------------------------------- integer-only kernels
+
+
+def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    """Per output: sum each input channel in int64, truncate, saturating running total; bias."""
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
+    acc = "int32_t" if x.bits == 8 and w.bits == 8 else "int64_t"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *x, const {w.name} *w, const {y.name} *b, {y.name} *y,
+    const qcc_conv_t *p, int shift)
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    int n, o, oy, ox, ic, ky, kx;
+    for (n = 0; n < p->n; ++n) {{
+        for (o = 0; o < p->o; ++o) {{
+            const int g = o / og;
+            const {w.name} *wo = w + (long)o * cg * p->kh * p->kw;
+            {y.name} *yo = y + ((long)n * p->o + o) * p->oh * p->ow;
+            for (oy = 0; oy < p->oh; ++oy) {{
+                const int y0 = oy * p->sh - p->ph;
+                int ky0 = 0;
+                int ky1 = p->kh;
+                while (ky0 < ky1 && y0 + ky0 * p->dh < 0) {{
+                    ++ky0;
+                }}
+                while (ky1 > ky0 && y0 + (ky1 - 1) * p->dh >= p->h) {{
+                    --ky1;
+                }}
+                for (ox = 0; ox < p->ow; ++ox) {{
+                    const int x0 = ox * p->sw - p->pw;
+                    int kx0 = 0;
+                    int kx1 = p->kw;
+                    int32_t total = 0;
+                    while (kx0 < kx1 && x0 + kx0 * p->dw < 0) {{
+                        ++kx0;
+                    }}
+                    while (kx1 > kx0 && x0 + (kx1 - 1) * p->dw >= p->w) {{
+                        --kx1;
+                    }}
+                    for (ic = 0; ic < cg; ++ic) {{
+                        const {x.name} *xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
+                        const {w.name} *wc = wo + (long)ic * p->kh * p->kw;
+                        {acc} s = 0;
+                        for (ky = ky0; ky < ky1; ++ky) {{
+                            const {x.name} *xr = xc + (long)(y0 + ky * p->dh) * p->w;
+                            for (kx = kx0; kx < kx1; ++kx) {{
+                                s += ({acc})xr[x0 + kx * p->dw] * wc[ky * p->kw + kx];
+                            }}
+                        }}
+                        total = qcc_sat((int64_t)total + qcc_shift(s, shift), {y.lo}, {y.hi});
+                    }}
+                    if (b != NULL) {{
+                        total = qcc_sat_add(total, b[o], {y.bits});
+                    }}
+                    yo[(long)oy * p->ow + ox] = ({y.name})total;
+                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t", "sat", "shift", "sat_add"))
+
+
+def dense_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    """Weights are emitted transposed (m, k) so each sum reads contiguous rows."""
+    name = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *x, const {w.name} *wt, const {y.name} *b, {y.name} *y,
+    long n, long k, long m, int shift)
+{{
+    long i, j, t;
+    for (i = 0; i < n; ++i) {{
+        const {x.name} *xi = x + i * k;
+        for (j = 0; j < m; ++j) {{
+            const {w.name} *wj = wt + j * k;
+            int64_t s = 0;
+            int32_t r;
+            for (t = 0; t < k; ++t) {{
+                s += (int32_t)xi[t] * wj[t];
+            }}
+            r = qcc_sat(qcc_shift(s, shift), {y.lo}, {y.hi});
+            if (b != NULL) {{
+                r = qcc_sat_add(r, b[j], {y.bits});
+            }}
+            y[i * m + j] = ({y.name})r;
+        }}
+    }}
+}}
+""", ("sat", "shift", "sat_add"))
+
+
+def quantize_input(ks: KernelSet, y: CType) -> str:
+    name = f"qcc_quantize_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const float *x, {y.name} *q, long n, float scale)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        q[i] = ({y.name})qcc_round(x[i], scale, {y.lo}, {y.hi});
+    }}
+}}
+""", ("round",))
+
+
+def dequantize(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_dequantize_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *q, float *y, long n, float xinv)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = (float)q[i] * xinv;
+    }}
+}}
+""")
+
+
+def requant(ks: KernelSet, x: CType, y: CType) -> str:
+    """Views with a new position, Quantize: truncate when the position drops, saturate."""
+    name = f"qcc_requant_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *x, {y.name} *y, long n, int shift)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = ({y.name})qcc_sat(qcc_shift(x[i], shift), {y.lo}, {y.hi});
+    }}
+}}
+""", ("sat", "shift"))
+
+
+def relu_fixed(ks: KernelSet, t: CType) -> str:
+    name = f"qcc_relu_{t.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {t.name} *x, {t.name} *y, long n, int shift)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        const int32_t v = x[i] > 0 ? x[i] : 0;
+        y[i] = ({t.name})qcc_sat(qcc_shift(v, shift), {t.lo}, {t.hi});
+    }}
+}}
+""", ("sat", "shift"))
+
+
+# ---------------------------------------------------------------- kernels for both modes
+
+
+def _window(kind: str) -> str:
+    """Pooling window bounds; `kind` 'avg' also computes the averaging count."""
+    count = """
+                    count = p->include_pad ? (long)(he - hs) * (we - ws) : 0;""" if kind == "avg" else ""
+    clipped = """
+                    if (!p->include_pad) {
+                        count = (long)(he - hs) * (we - ws);
+                    }""" if kind == "avg" else ""
+    return f"""
+                    int hs = oy * p->sh - p->ph;
+                    int ws = ox * p->sw - p->pw;
+                    int he = hs + p->kh < p->h + p->eh ? hs + p->kh : p->h + p->eh;
+                    int we = ws + p->kw < p->w + p->ew ? ws + p->kw : p->w + p->ew;{count}
+                    hs = hs < 0 ? 0 : hs;
+                    ws = ws < 0 ? 0 : ws;
+                    he = he > p->h ? p->h : he;
+                    we = we > p->w ? p->w : we;{clipped}"""
+
+
+def _pool_loops(body: str, decls: str, kind: str) -> str:
+    return f"""
+{{
+    int b, c, oy, ox, iy, ix;
+    for (b = 0; b < p->n; ++b) {{
+        for (c = 0; c < p->c; ++c) {{
+            const long plane = ((long)b * p->c + c);
+            for (oy = 0; oy < p->oh; ++oy) {{
+                for (ox = 0; ox < p->ow; ++ox) {{{decls}{_window(kind)}{body}
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def maxpool(ks: KernelSet, t: CType) -> str:
+    name = f"qcc_maxpool_{t.suffix}"
+    acc = "float" if not t.is_int else "int32_t"
+    store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = "
+    store += f"({t.name})qcc_sat(qcc_shift(m, shift), {t.lo}, {t.hi});" if t.is_int else "m;"
+    params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p" + (", int shift" if t.is_int else "")
+    body = f"""
+                    m = x[plane * p->h * p->w + (long)hs * p->w + ws];
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            const {acc} v = x[plane * p->h * p->w + (long)iy * p->w + ix];
+                            m = v > m ? v : m;
+                        }}
+                    }}
+                    {store}"""
+    decls = f"\n                    {acc} m;"
+    helpers = ("pool_t", "sat", "shift") if t.is_int else ("pool_t",)
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "max"), helpers)
+
+
+def avgpool(ks: KernelSet, t: CType) -> str:
+    name = f"qcc_avgpool_{t.suffix}"
+    if t.is_int:
+        sum_t = "int64_t"
+        wide = 2 * t.bits
+        lo, hi = -(1 << (wide - 1)), (1 << (wide - 1)) - 1
+        wrap_sum = "s = qcc_wrap(s, 16);\n                    " if t.bits == 8 else ""
+        store = (f"{wrap_sum}a = qcc_wrap(s / count, {t.bits});\n"
+                 f"                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = ({t.name})qcc_wrap(\n"
+                 f"                        qcc_sat(qcc_shift(a, shift), ({lo + 1} - 1), {hi}), {t.bits});")
+        decls = f"\n                    {sum_t} s = 0;\n                    long count;\n                    int32_t a;"
+        params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p, int shift"
+        helpers: tuple[str, ...] = ("pool_t", "sat", "shift", "wrap")
+    else:
+        sum_t = "float"
+        store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = s / (float)count;"
+        decls = "\n                    float s = 0.0f;\n                    long count;"
+        params = "const float *x, float *y, const qcc_pool_t *p"
+        helpers = ("pool_t",)
+    body = f"""
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            s += ({sum_t})x[plane * p->h * p->w + (long)iy * p->w + ix];
+                        }}
+                    }}
+                    {store}"""
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "avg"), helpers)
+
+
+UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # op: (statements computing r from v, extra float parameters, helpers)
+    "Relu": ("r = v > 0.0f ? v : 0.0f;", (), ()),
+    "LeakyRelu": ("r = v > 0.0f ? v : v * alpha;", ("alpha",), ()),
+    "Clip": ("r = v < lo ? lo : v;\n        r = r > hi ? hi : r;", ("lo", "hi"), ()),
+    "Sigmoid": ("{\n            const float e = qcc_expf(-v);\n            const float d = 1.0f + e;\n"
+                "            r = 1.0f / d;\n        }", (), ("expf",)),
+    "Tanh": ("r = qcc_tanhf(v);", (), ("tanhf",)),
+    "HardSigmoid": ("r = v * alpha;\n        r = r + beta;\n        r = r < 0.0f ? 0.0f : r;\n"
+                    "        r = r > 1.0f ? 1.0f : r;", ("alpha", "beta"), ()),
+    "HardSwish": ("r = v / 6.0f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
+                  "        r = r > 1.0f ? 1.0f : r;\n        r = v * r;", (), ()),
+    "Silu": ("r = v / (1.0f + qcc_expf(-v));", (), ("expf",)),
+    "Elu": ("r = v > 0.0f ? v : alpha * (qcc_expf(v) - 1.0f);", ("alpha",), ("expf",)),
+    "Exp": ("r = qcc_expf(v);", (), ("expf",)),
+    "Abs": ("r = v < 0.0f ? -v : v;", (), ()),
+    "Neg": ("r = -v;", (), ()),
+    "Reciprocal": ("r = 1.0f / v;", (), ()),
+}
+
+
+def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
+    stmts, extra, helpers = UNARY[op]
+    name = f"qcc_{op.lower()}_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *_scale_params(x, y), *(f"float {e}" for e in extra)]
+    deps = helpers + (("store",) if y.is_int else ())
+    return ks.kernel(name, lambda: f"""
+{_sig(name, params)}
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        const float v = {x.get("x[i]", "xinv")};
+        float r;
+        {stmts}
+        y[i] = {y.set("r", "yscale")};
+    }}
+}}
+""", deps)
+
+
+def softmax(ks: KernelSet, x: CType, y: CType) -> str:
+    """nnabla-c-runtime's generic Softmax: exponentials stored, read back, divided by the sum."""
+    name = f"qcc_softmax_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *_scale_params(x, y)]
+    yinv = "(1.0f / yscale)"
+    deps = ("expf",) + (("store",) if y.is_int else ())
+    return ks.kernel(name, lambda: f"""
+{_sig(name, params)}
+{{
+    long o, i, k;
+    for (o = 0; o < outer; ++o) {{
+        for (i = 0; i < inner; ++i) {{
+            const long base = o * axis * inner + i;
+            float peak = {x.get("x[base]", "xinv")};
+            float total = 0.0f;
+            for (k = 0; k < axis; ++k) {{
+                const float v = {x.get("x[base + k * inner]", "xinv")};
+                peak = v > peak ? v : peak;
+            }}
+            for (k = 0; k < axis; ++k) {{
+                const float e = qcc_expf({x.get("x[base + k * inner]", "xinv")} - peak);
+                y[base + k * inner] = {y.set("e", "yscale")};
+                total = total + e;
+            }}
+            for (k = 0; k < axis; ++k) {{
+                const float v = {y.get("y[base + k * inner]", yinv)} / total;
+                y[base + k * inner] = {y.set("v", "yscale")};
+            }}
+        }}
+    }}
+}}
+""", deps)
+
+
+def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_batchnorm_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "const float *mean", "const float *gamma", "const float *beta",
+              "const float *std", "long n", "long c", "long inner", *_scale_params(x, y)]
+    deps = ("store",) if y.is_int else ()
+    return ks.kernel(name, lambda: f"""
+/* ((x - mean) * gamma) / std + beta, one float32 operation at a time. */
+{_sig(name, params)}
+{{
+    long b, ch, i;
+    for (b = 0; b < n; ++b) {{
+        for (ch = 0; ch < c; ++ch) {{
+            const long base = (b * c + ch) * inner;
+            for (i = 0; i < inner; ++i) {{
+                float t = {x.get("x[base + i]", "xinv")} - mean[ch];
+                t = t * gamma[ch];
+                t = t / std[ch];
+                t = t + beta[ch];
+                y[base + i] = {y.set("t", "yscale")};
+            }}
+        }}
+    }}
+}}
+""", deps)
+
+
+def _convert(x: CType, y: CType, expr: str) -> tuple[str, tuple[str, ...]]:
+    """Copying one element between types: requantization between positions, or a plain copy."""
+    if x.is_int and y.is_int:
+        return f"({y.name})qcc_sat(qcc_shift({expr}, shift), {y.lo}, {y.hi})", ("sat", "shift")
+    return expr, ()
+
+
+def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_concat_{x.suffix}_{y.suffix}"
+    value, helpers = _convert(x, y, "x[j * inner + k]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long inner", "long total", "long offset"]
+    params += ["int shift"] if x.is_int else []
+    return ks.kernel(name, lambda: f"""
+/* One input of a Concat: `outer` rows of `inner` elements into rows of `total` at `offset`. */
+{_sig(name, params)}
+{{
+    long j, k;
+    for (j = 0; j < outer; ++j) {{
+        for (k = 0; k < inner; ++k) {{
+            y[j * total + offset + k] = {value};
+        }}
+    }}
+}}
+""", helpers)
+
+
+def transpose(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
+    value, helpers = _convert(x, y, "x[src]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p"] + (["int shift"] if x.is_int else [])
+    return ks.kernel(name, lambda: f"""
+{_sig(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long total = 1;
+    long i, src = 0;
+    int d;
+    for (d = 0; d < p->rank; ++d) {{
+        total *= p->shape[d];
+    }}
+    for (i = 0; i < total; ++i) {{
+        y[i] = {value};
+        for (d = p->rank - 1; d >= 0; --d) {{
+            src += p->stride[d];
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            src -= p->stride[d] * p->shape[d];
+            idx[d] = 0;
+        }}
+    }}
+}}
+""", ("perm",) + helpers)
+
+
+BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",
+              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv"}
+
+
+def binary(ks: KernelSet, op: str, t: CType) -> str:
+    """Elementwise with broadcasting (p == NULL: same shapes). Fixed: Add/Sub/Mul (sim rules)."""
+    name = f"qcc_{op.lower()}_{t.suffix}"
+    if not t.is_int:
+        expr = BINARY_F32[op]
+        params = "const float *a, const float *b, float *y, long n, const qcc_bcast_t *p"
+        prologue = ""
+        helpers: tuple[str, ...] = ("bcast",)
+    else:
+        params = (f"const {t.name} *a, const {t.name} *b, {t.name} *y, long n, const qcc_bcast_t *p, "
+                  "int sa_, int sb_, int shift")
+        if op == "Mul":
+            expr = f"({t.name})qcc_sat(qcc_shift((int64_t)av * bv, shift), {t.lo}, {t.hi})"
+            prologue = "(void)sa_;\n    (void)sb_;\n    "
+            helpers = ("bcast", "sat", "shift")
+        else:
+            fn = "qcc_sat_add" if op == "Add" else "qcc_sat_sub"
+            expr = (f"({t.name})qcc_sat(qcc_shift({fn}((int32_t)qcc_shift(av, sa_), "
+                    f"(int32_t)qcc_shift(bv, sb_), {t.bits}), shift), {t.lo}, {t.hi})")
+            prologue = ""
+            helpers = ("bcast", "sat", "shift", "sat_add" if op == "Add" else "sat_sub")
+    ctype = t.name
+    return ks.kernel(name, lambda: f"""
+static void {name}({params})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    {prologue}if (p == NULL) {{
+        for (i = 0; i < n; ++i) {{
+            const {ctype} av = a[i];
+            const {ctype} bv = b[i];
+            y[i] = {expr};
+        }}
+        return;
+    }}
+    for (i = 0; i < n; ++i) {{
+        const {ctype} av = a[ia];
+        const {ctype} bv = b[ib];
+        y[i] = {expr};
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", helpers)
+

@@ -1,0 +1,484 @@
+"""IR -> kernel calls for target c: numeric mode, support checks, parameters as C arrays.
+
+Everything a model needs is checked here, before any file is written: an op, an annotation or
+an operand kind the C target cannot compute raises UnsupportedError naming the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Union
+
+import attrs
+import numpy as np
+
+from qcc.backends.c import kernels as K
+from qcc.backends.c.ctype import FLOAT, CType, pow2
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Model, Node, Value
+from qcc.ir.ops._common import attr_list
+from qcc.ir.types import Affine, FixedPoint
+from qcc.sim import fixed as fx
+
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Quantize")
+INPLACE_UNARY = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Silu", "Elu",
+                 "Exp", "Abs", "Neg", "Reciprocal", "BatchNorm", "Softmax")
+FIXED_GENERIC_UNARY = ("LeakyRelu", "Clip", "Sigmoid", "Tanh")
+MAX_RANK = 6
+
+
+@attrs.frozen
+class Ptr:
+    """A tensor's data pointer, resolved once the arena plan is known."""
+
+    value: Value
+
+
+Arg = Union[str, Ptr]
+
+
+@attrs.frozen
+class Call:
+    fn: str
+    args: tuple[Arg, ...]
+
+
+@attrs.define
+class Step:
+    node: Node
+    calls: list[Call] = attrs.field(factory=list)
+    alias: bool = False
+    inplace: int | None = None
+
+
+@attrs.frozen
+class ConstArray:
+    name: str
+    ctype: CType
+    data: np.ndarray
+    comment: str
+
+
+def static_shape(value: Value) -> tuple[int, ...]:
+    """Symbolic dims (the batch) are bound to 1: the generated code runs one sample per call."""
+    return tuple(d if isinstance(d, int) else 1 for d in value.type.shape)
+
+
+def numel(value: Value) -> int:
+    return int(np.prod(static_shape(value), dtype=np.int64))
+
+
+def c_identifier(text: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in text)
+    return out if out and not out[0].isdigit() else f"_{out}"
+
+
+def numeric_mode(model: Model) -> str:
+    """'float' (no activation annotated) or 'fixed' (every activation FixedPoint, 8 or 16 bits)."""
+    graph = model.graph
+    for value in graph.values():
+        if isinstance(value.quant, Affine):
+            raise UnsupportedError(
+                f"target c: tensor {value.name!r} is affine-quantized ({value.quant}); the affine int8 "
+                "numeric mode is not supported by target c yet (use --quantize fixed8/fixed16/fixed8-16, "
+                "or target onnx-qdq)")
+    acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    fixed = [v for v in acts if isinstance(v.quant, FixedPoint)]
+    if not fixed:
+        for value in acts:
+            if value.type.dtype != "float32":
+                raise UnsupportedError(f"target c: tensor {value.name!r} has dtype {value.type.dtype}; "
+                                       "only float32 tensors are supported")
+        return "float"
+    for value in acts:
+        quant = value.quant
+        if not isinstance(quant, FixedPoint):
+            where = _where(value)
+            raise UnsupportedError(
+                f"target c: tensor {value.name!r}{where} is {quant or 'float'} while other activations are "
+                "fixed point; target c needs every activation fixed point (or none)")
+        if quant.bits not in (8, 16):
+            raise UnsupportedError(f"target c: tensor {value.name!r} is {quant}; only 8- and 16-bit fixed "
+                                   "point is supported")
+    return "fixed"
+
+
+def _where(value: Value) -> str:
+    node = value.producer()
+    return f" (output of node {node.name!r}, {node.op})" if node is not None else ""
+
+
+class Lowering:
+    """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.mode = numeric_mode(model)
+        self.kernels = K.KernelSet()
+        self.consts: dict[int, ConstArray] = {}
+        self.defs: list[str] = []
+        self._names: set[str] = set()
+        self.steps = [self._lower(node) for node in model.graph.nodes]
+
+    # ------------------------------------------------------------ helpers
+    def ctype(self, value: Value) -> CType:
+        return FLOAT if self.mode == "float" else CType(fx.fixed_of(value))
+
+    def unique(self, base: str) -> str:
+        name = c_identifier(base)
+        candidate, k = name, 1
+        while candidate in self._names:
+            candidate, k = f"{name}_{k}", k + 1
+        self._names.add(candidate)
+        return candidate
+
+    def array(self, data: np.ndarray, ctype: CType, base: str, comment: str) -> str:
+        arr = ConstArray(self.unique(base), ctype, np.ascontiguousarray(data).reshape(-1), comment)
+        self.defs.append(_format_array(arr))
+        return arr.name
+
+    def const(self, value: Value, node: Node) -> str:
+        """The C array of a constant operand (float32, or the integers the simulator stores)."""
+        if value.const is None:
+            raise UnsupportedError(f"target c: node {node.name!r} ({node.op}) needs input {value.name!r} "
+                                   "to be a constant")
+        if id(value) not in self.consts:
+            fixed = fx.fixed_of(value)
+            stored = fx.quantize_param(value)
+            if self.mode == "fixed" and fixed is None:
+                raise UnsupportedError(f"target c: node {node.name!r} ({node.op}): parameter {value.name!r} is "
+                                       "not fixed point")
+            if self.mode == "float" and fixed is not None:
+                stored = fx.dequantize_stored(value, stored)
+            ctype = CType(fixed) if self.mode == "fixed" else FLOAT
+            arr = ConstArray(self.unique(f"qcc_c_{value.name}"), ctype, np.asarray(stored).reshape(-1),
+                             f"{value.name}: {value.type} {value.quant or ''}".rstrip())
+            self.consts[id(value)] = arr
+            self.defs.append(_format_array(arr))
+        return self.consts[id(value)].name
+
+    def operand(self, value: Value, node: Node) -> Arg:
+        return self.const(value, node) if value.const is not None else Ptr(value)
+
+    def struct(self, ctype: str, base: str, fields: Sequence[int]) -> str:
+        name = self.unique(base)
+        self.defs.append(f"static const {ctype} {name} = {{{', '.join(str(int(f)) for f in fields)}}};\n")
+        return f"&{name}"
+
+    def unsupported(self, node: Node, why: str = "") -> UnsupportedError:
+        extra = f": {why}" if why else ""
+        return UnsupportedError(f"target c: op {node.op} (node {node.name!r}) is not supported in {self.mode} "
+                                f"mode{extra}")
+
+    def require_dedicated(self, node: Node) -> None:
+        problem = fx.dedicated_problem(node)
+        if problem is not None:
+            raise self.unsupported(node, problem)
+
+    def scales(self, x: Value, y: Value) -> list[str]:
+        cx, cy = self.ctype(x), self.ctype(y)
+        out = []
+        if cx.is_int:
+            out.append(pow2(-cx.fixed.frac))  # type: ignore[union-attr]
+        if cy.is_int:
+            out.append(pow2(cy.fixed.frac))  # type: ignore[union-attr]
+        return out
+
+    def frac(self, value: Value) -> int:
+        fixed = fx.fixed_of(value)
+        assert fixed is not None
+        return fixed.frac
+
+    # ------------------------------------------------------------ dispatch
+    def _lower(self, node: Node) -> Step:
+        fn = LOWERINGS.get(node.op)
+        if fn is None:
+            raise self.unsupported(node)
+        return fn(self, node)
+
+
+# ---------------------------------------------------------------- per-op lowerings
+
+
+def _conv(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.inputs[0], node.input(1), node.outputs[0]
+    assert x is not None
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    xs, ys = static_shape(x), static_shape(y)
+    s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    o, _, kh, kw = w.type.shape
+    geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
+            node.attrs["group"]]
+    params = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
+    if lw.mode == "float":
+        fn = K.conv_f32(lw.kernels)
+        bias = lw.const(b, node) if b is not None else "NULL"
+        return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
+    lw.require_dedicated(node)
+    cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
+    fn = K.conv_fixed(lw.kernels, cx, cw, cy)
+    bias = _bias(lw, node, b, cy)
+    shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, str(shift)))])
+
+
+def _bias(lw: Lowering, node: Node, b: Value | None, cy: CType) -> str:
+    if b is None:
+        return "NULL"
+    if b.const is None:
+        raise lw.unsupported(node, f"bias {b.name!r} is not a constant")
+    data = fx.bias_ints(node, fx.quantize_param(b))
+    return lw.array(data, cy, f"qcc_b_{node.name}", f"bias of {node.name} at the output's position")
+
+
+def _dense(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.inputs[0], node.input(1), node.outputs[0]
+    assert x is not None
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    n, k = static_shape(x)
+    m = static_shape(y)[1]
+    dims = (str(n), str(k), str(m))
+    if lw.mode == "float":
+        fn = K.dense_f32(lw.kernels)
+        bias = lw.const(b, node) if b is not None else "NULL"
+        return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), *dims))])
+    lw.require_dedicated(node)
+    if w.const is None:
+        raise lw.unsupported(node, "weights must be constant")
+    cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
+    wt = lw.array(fx.quantize_param(w).T, cw, f"qcc_wt_{node.name}", f"{w.name} transposed (out, in)")
+    shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
+    fn = K.dense_fixed(lw.kernels, cx, cw, cy)
+    return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, str(shift)))])
+
+
+def _pool(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    if node.op.startswith("Global"):
+        kernel, strides, pads, include = [xs[2], xs[3]], [1, 1], [0, 0, 0, 0], 0
+    else:
+        kernel, strides, pads = node.attrs["kernel"], attr_list(node.attrs, "strides", 2, 1), node.attrs["pads"]
+        include = int(node.attrs.get("count_include_pad", False))
+    geom = [xs[0], xs[1], xs[2], xs[3], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
+            pads[0], pads[1], pads[2], pads[3], include]
+    params = lw.struct("qcc_pool_t", f"qcc_p_{node.name}", geom)
+    average = node.op in ("AvgPool", "GlobalAvgPool")
+    if lw.mode == "float":
+        fn = (K.avgpool if average else K.maxpool)(lw.kernels, FLOAT)
+        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
+    lw.require_dedicated(node)
+    fn = (K.avgpool if average else K.maxpool)(lw.kernels, lw.ctype(x))
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, str(lw.frac(x) - lw.frac(y))))])
+
+
+def _unary(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    cx, cy = lw.ctype(x), lw.ctype(y)
+    if lw.mode == "fixed":
+        if node.op == "Relu" and fx.dedicated_problem(node) is None:
+            fn = K.relu_fixed(lw.kernels, cx)
+            step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
+            step.inplace = 0
+            return step
+        if node.op not in FIXED_GENERIC_UNARY + ("Relu",):
+            raise lw.unsupported(node, "no bit-exact fixed-point kernel")
+    extra = []
+    for key in K.UNARY[node.op][1]:
+        if node.op == "Clip":
+            bound = node.attrs["min" if key == "lo" else "max"]
+            if bound is None:
+                lw.kernels.uses_math = True
+            extra.append(("-HUGE_VALF" if key == "lo" else "HUGE_VALF") if bound is None else _flt(bound))
+        else:
+            extra.append(_flt(node.attrs[key]))
+    fn = K.unary(lw.kernels, node.op, cx, cy)
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), *lw.scales(x, y), *extra))])
+    step.inplace = 0 if cx.size == cy.size else None
+    return step
+
+
+def _flt(value: float) -> str:
+    text = repr(float(np.float32(value)))
+    if "e" not in text and "." not in text and "inf" not in text:
+        text += ".0"
+    return f"{text}f"
+
+
+def _softmax(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    shape = static_shape(x)
+    axis = node.attrs["axis"] % len(shape)
+    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    fn = K.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
+    step.inplace = 0 if lw.ctype(x).size == lw.ctype(y).size else None
+    return step
+
+
+def _batchnorm(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    params = [node.input(i) for i in range(1, 5)]
+    for value in params:
+        if value.const is None:
+            raise lw.unsupported(node, f"parameter {value.name!r} is not a constant")
+    stored = [np.zeros(0)] + [fx.quantize_param(v) for v in params]
+    arrays = fx.batchnorm_params(node, stored)
+    names = [lw.array(a.astype(np.float32), FLOAT, f"qcc_bn_{node.name}_{what}", f"{node.name} {what}")
+             for a, what in zip(arrays, ("mean", "gamma", "beta", "std"))]
+    shape = static_shape(x)
+    inner = int(np.prod(shape[2:]))
+    fn = K.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), *names, str(shape[0]), str(shape[1]), str(inner),
+                                 *lw.scales(x, y)))])
+    step.inplace = 0 if lw.ctype(x).size == lw.ctype(y).size else None
+    return step
+
+
+def _binary(lw: Lowering, node: Node) -> Step:
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    out = static_shape(y)
+    bcast = _bcast(lw, node, static_shape(a), static_shape(b), out)
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast]
+    if lw.mode == "float":
+        fn = K.binary(lw.kernels, node.op, FLOAT)
+    else:
+        if node.op not in ("Add", "Sub", "Mul"):
+            raise lw.unsupported(node, "no bit-exact fixed-point kernel")
+        lw.require_dedicated(node)
+        fa, fb, fy = lw.frac(a), lw.frac(b), lw.frac(y)
+        if node.op == "Mul":
+            args += ["0", "0", str(fa + fb - fy)]
+        else:
+            common = min(fa, fb)
+            args += [str(fa - common), str(fb - common), str(common - fy)]
+        fn = K.binary(lw.kernels, node.op, lw.ctype(y))
+    step = Step(node, [Call(fn, tuple(args))])
+    if a.const is None and static_shape(a) == out and lw.ctype(a).size == lw.ctype(y).size:
+        step.inplace = 0
+    return step
+
+
+def _bcast(lw: Lowering, node: Node, sa: tuple[int, ...], sb: tuple[int, ...], out: tuple[int, ...]) -> str:
+    if sa == out and sb == out:
+        return "NULL"
+    rank = len(out)
+    if rank > MAX_RANK:
+        raise lw.unsupported(node, f"rank {rank} > {MAX_RANK}")
+
+    def strides(shape: tuple[int, ...]) -> list[int]:
+        full = (1,) * (rank - len(shape)) + shape
+        st, acc = [0] * rank, 1
+        for i in range(rank - 1, -1, -1):
+            st[i] = 0 if full[i] == 1 else acc
+            acc *= full[i]
+        return st
+
+    pad = [0] * (MAX_RANK - rank)
+    fields = [rank, *out, *pad, *strides(sa), *pad, *strides(sb), *pad]
+    return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
+
+
+def _concat(lw: Lowering, node: Node) -> Step:
+    y = node.outputs[0]
+    shape = static_shape(y)
+    axis = node.attrs["axis"] % len(shape)
+    outer = int(np.prod(shape[:axis]))
+    total = int(np.prod(shape[axis:]))
+    calls, offset = [], 0
+    cy = lw.ctype(y)
+    for value in node.inputs:
+        assert value is not None
+        inner = int(np.prod(static_shape(value)[axis:]))
+        cx = lw.ctype(value)
+        fn = K.concat_part(lw.kernels, cx, cy)
+        args: list[Arg] = [lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset)]
+        if cx.is_int:
+            args.append(str(cx.fixed.frac - lw.frac(y)))  # type: ignore[union-attr]
+        calls.append(Call(fn, tuple(args)))
+        offset += inner
+    return Step(node, calls)
+
+
+def _view(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    if lw.mode == "float" or x.quant == y.quant:
+        return Step(node, alias=True)
+    lw.require_dedicated(node)
+    fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
+    step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
+    step.inplace = 0 if lw.ctype(x) == lw.ctype(y) else None
+    return step
+
+
+def _transpose(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    perm = node.attrs["perm"]
+    xs = static_shape(x)
+    if len(xs) > MAX_RANK:
+        raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
+    in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
+    pad = [0] * (MAX_RANK - len(xs))
+    fields = [len(xs), *static_shape(y), *pad, *(in_strides[p] for p in perm), *pad]
+    params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
+    args: list[Arg] = [lw.operand(x, node), Ptr(y), params]
+    if lw.mode == "fixed":
+        lw.require_dedicated(node)
+        args.append(str(lw.frac(x) - lw.frac(y)))
+    return Step(node, [Call(K.transpose(lw.kernels, lw.ctype(x), lw.ctype(y)), tuple(args))])
+
+
+def _lrn(lw: Lowering, node: Node) -> Step:
+    if lw.mode == "fixed":
+        raise lw.unsupported(node, "no bit-exact fixed-point kernel")
+    x, y = node.input(0), node.outputs[0]
+    shape = static_shape(x)
+    a = node.attrs
+    args = (Ptr(x), Ptr(y), str(shape[0]), str(shape[1]), str(int(np.prod(shape[2:]))), str(a["size"]),
+            _flt(a["alpha"]), _flt(a["beta"]), _flt(a["bias"]))
+    return Step(node, [Call(K.lrn_f32(lw.kernels), args)])
+
+
+def _float_only(fn: Callable[[Lowering, Node], Step]) -> Callable[[Lowering, Node], Step]:
+    def lower(lw: Lowering, node: Node) -> Step:
+        if lw.mode == "fixed":
+            raise lw.unsupported(node, "no bit-exact fixed-point kernel")
+        return fn(lw, node)
+
+    return lower
+
+
+LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
+    "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+    "GlobalMaxPool": _pool, "Softmax": _softmax, "BatchNorm": _batchnorm, "Concat": _concat,
+    "Transpose": _transpose, "LRN": _lrn,
+    **{op: _unary for op in K.UNARY},
+    **{op: _binary for op in K.BINARY_F32},
+    **{op: _view for op in VIEW_OPS},
+}
+
+
+def _format_array(arr: ConstArray) -> str:
+    data = arr.data
+    if arr.ctype.is_int:
+        body = ",".join(map(str, data.astype(np.int64).tolist()))
+    else:
+        values = data.astype(np.float32)
+        if not np.isfinite(values).all():
+            raise UnsupportedError(f"target c: constant {arr.comment.split(':')[0]!r} contains NaN or Inf")
+        texts = [f"{v:.9g}" for v in values.tolist()]
+        body = ",".join([t + "f" if "." in t or "e" in t else t + ".f" for t in texts])
+    lines = _wrap(body)
+    return f"/* {arr.comment} */\nstatic const {arr.ctype.name} {arr.name}[{max(len(data), 1)}] = {{\n{lines}\n}};\n"
+
+
+def _wrap(body: str, width: int = 100) -> str:
+    out, start = [], 0
+    while start < len(body):
+        end = start + width
+        if end < len(body):
+            cut = body.rfind(",", start, end)
+            end = cut + 1 if cut > start else body.find(",", end) + 1 or len(body)
+        out.append(body[start:end])
+        start = end
+    return "\n".join(out) if out else "0"

@@ -1,0 +1,291 @@
+"""A decoded .nnb file back to qcc's IR, so qcc's simulator can run what a file says.
+
+`lift_nnb(read_nnb(data, path))` is the emulation of a file without nnabla-c-runtime: every
+function becomes the IR op with the same arithmetic in `qcc.sim.fixed` (fixed-point kernels
+where the runtime has them, float32 then the runtime's setter elsewhere), every parameter a
+constant holding the stored numbers with their type as annotation. Tests compare it with the
+simulation of the model the file was written from: equal integers mean the file's layout,
+weights, positions and arguments all say what the model says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Graph, Model, Value
+from qcc.ir.types import FixedPoint, QuantType, Sign, TensorType
+from qcc.ir.verify import verify_model
+
+from .format import DataType, Function, NnbFile, Variable, decode_values
+from .functions import FunctionSpec, default_table
+
+Lift = Callable[["_Lifter", Function, dict[str, Any]], None]
+LIFTS: dict[str, Lift] = {}
+
+
+def lifts(*names: str) -> Callable[[Lift], Lift]:
+    def deco(fn: Lift) -> Lift:
+        for name in names:
+            LIFTS[name] = fn
+        return fn
+
+    return deco
+
+
+def annotation(var: Variable) -> QuantType | None:
+    if var.dtype == DataType.INT16:
+        return FixedPoint(16, var.fp_pos)
+    if var.dtype == DataType.INT8:
+        return FixedPoint(8, var.fp_pos)
+    if var.dtype == DataType.SIGN:
+        return Sign()
+    return None
+
+
+class _Lifter:
+    def __init__(self, nnb: NnbFile) -> None:
+        self.nnb = nnb
+        self.graph = Graph(name="nnb")
+        self.values: dict[int, Value] = {}
+        self.kind = ""  # the nnabla function being lifted
+
+    def value(self, index: int) -> Value:
+        if index not in self.values:
+            var = self.nnb.variables[index]
+            if var.data is None:
+                raise UnsupportedError(f"variable {index} is read before any function writes it")
+            numbers = decode_values(var.data, var.dtype, var.size).astype(np.float64)
+            if var.dtype in (DataType.INT16, DataType.INT8):
+                numbers = np.ldexp(numbers, -var.fp_pos)
+            const = self.graph.add_constant(f"v{index}", numbers.astype(np.float32).reshape(var.shape))
+            const.quant = annotation(var)
+            self.values[index] = const
+        return self.values[index]
+
+    def const(self, name: str, array: np.ndarray) -> Value:
+        return self.graph.add_constant(self.graph.unique_name(name), np.asarray(array, dtype=np.float32))
+
+    def reshaped(self, index: int, shape: tuple[int, ...]) -> Value:
+        """A parameter in another layout (same stored numbers and annotation)."""
+        source = self.value(index)
+        assert source.const is not None
+        value = self.const(f"v{index}/{'x'.join(map(str, shape))}", source.const.reshape(shape))
+        value.quant = source.quant
+        return value
+
+    def node(self, fn: Function, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None,
+             out: int | None = None) -> Value:
+        """A node writing `fn`'s output (or an intermediate when out is None: same annotation)."""
+        index = fn.outputs[0]
+        var = self.nnb.variables[index]
+        names = [f"v{index}"] if out is not None else None
+        node = self.graph.add_node(op, inputs, attrs, name=f"f{len(self.graph.nodes)}", output_names=names)
+        result = node.outputs[0]
+        result.quant = annotation(var)
+        if out is not None:
+            if tuple(1 if d == "N" else d for d in result.type.shape) != var.shape:
+                raise UnsupportedError(f"{op} computes shape {result.type.shape}, the file declares {var.shape}")
+            self.values[index] = result
+        return result
+
+
+def lift_nnb(nnb: NnbFile, batch: bool = True) -> Model:
+    """The IR of a decoded file (see module doc); UnsupportedError for functions qcc does not model.
+
+    batch: a leading dimension of 1 on the inputs becomes the symbol 'N', so one run emulates
+    many samples (the runtime itself runs one at a time).
+    """
+    table = default_table()
+    lifter = _Lifter(nnb)
+    for index in nnb.inputs:
+        var = nnb.variables[index]
+        shape: tuple[int | str, ...] = var.shape
+        if batch and var.shape[:1] == (1,):
+            shape = ("N", *var.shape[1:])
+        value = lifter.graph.add_input(f"v{index}", TensorType("float32", shape))
+        value.quant = annotation(var)
+        lifter.values[index] = value
+    for n, fn in enumerate(nnb.functions):
+        spec = table.by_id(fn.type_id, nnb.api_level)
+        assert spec is not None  # read_nnb checked every id
+        lift = LIFTS.get(spec.name)
+        lifter.kind = spec.name
+        if lift is None:
+            raise UnsupportedError(f"function {n} ({spec.name}) has no qcc equivalent to emulate it")
+        lift(lifter, fn, _named(spec, fn))
+    lifter.graph.outputs = [lifter.value(i) for i in nnb.outputs]
+    model = Model(lifter.graph, metadata={"source_format": "nnb"})
+    problems = verify_model(model)
+    if problems:
+        raise UnsupportedError("lifted .nnb graph is invalid: " + "; ".join(problems[:5]))
+    return model
+
+
+def _named(spec: FunctionSpec, fn: Function) -> dict[str, Any]:
+    return {arg.name or f"#{i}": value for i, (arg, value) in enumerate(zip(spec.args, fn.args))}
+
+
+def _ins(lf: _Lifter, fn: Function) -> list[Value]:
+    return [lf.value(i) for i in fn.inputs]
+
+
+def _simple(op: str, **fixed: Any) -> Lift:
+    def lift(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+        attrs = {key: (args[src] if isinstance(src, str) else src) for key, src in fixed.items()}
+        lf.node(fn, op, list(_ins(lf, fn)), attrs, out=0)
+
+    return lift
+
+
+for _name, _op in (("ReLU", "Relu"), ("Sigmoid", "Sigmoid"), ("Tanh", "Tanh"), ("Swish", "Silu"), ("Abs", "Abs"),
+                   ("Exp", "Exp"), ("Log", "Log"), ("Identity", "Identity"), ("Add2", "Add"), ("Sub2", "Sub"),
+                   ("Mul2", "Mul"), ("Div2", "Div"), ("Pow2", "Pow"), ("Maximum2", "Max"), ("Minimum2", "Min"),
+                   ("BatchMatmul", "MatMul")):
+    LIFTS[_name] = _simple(_op)
+LIFTS["LeakyReLU"] = _simple("LeakyRelu", alpha="alpha")
+LIFTS["ELU"] = _simple("Elu", alpha="alpha")
+LIFTS["Softmax"] = _simple("Softmax", axis="axis")
+LIFTS["Concatenate"] = _simple("Concat", axis="axis")
+LIFTS["Transpose"] = _simple("Transpose", perm="axes")
+
+
+@lifts("Reshape")
+def _reshape(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    x = lf.value(fn.inputs[0])
+    shape = list(args["shape"])
+    if shape[:1] == [1] and x.type.shape[:1] == ("N",):
+        shape[0] = 0  # the batch, copied
+    lf.node(fn, "Reshape", [x], {"shape": shape}, out=0)
+
+
+_SCALARS = {"AddScalar": ("Add", False), "MulScalar": ("Mul", False), "RSubScalar": ("Sub", True),
+            "RDivScalar": ("Div", True), "PowScalar": ("Pow", False), "RPowScalar": ("Pow", True),
+            "MaximumScalar": ("Max", False), "MinimumScalar": ("Min", False)}
+
+
+@lifts(*_SCALARS)
+def _scalar(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    """The scalar as an unannotated float32 constant, as qcc's frontends import it."""
+    op, reverse = _SCALARS[lf.kind]
+    x = lf.value(fn.inputs[0])
+    c = lf.const("val", np.full((1,) * x.type.rank, np.float32(args["val"])))
+    lf.node(fn, op, [c, x] if reverse else [x, c], out=0)
+
+
+def _conv_attrs(args: dict[str, Any], group: int) -> dict[str, Any]:
+    if args.get("base_axis", 1) != 1 or args.get("channel_last", 0):
+        raise UnsupportedError("only base_axis 1, channels-first convolutions are emulated")
+    pad = list(args["pad"])
+    if len(pad) != 2:
+        raise UnsupportedError(f"only 2-D convolutions are emulated (pad {pad})")
+    return {"strides": list(args["stride"]), "pads": pad + pad, "dilations": list(args["dilation"]), "group": group}
+
+
+@lifts("Convolution")
+def _conv(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    ins = _ins(lf, fn)
+    lf.node(fn, "Conv", list(ins), _conv_attrs(args, int(args["group"])), out=0)
+
+
+@lifts("DepthwiseConvolution")
+def _depthwise(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    x = lf.value(fn.inputs[0])
+    w = lf.nnb.variables[fn.inputs[1]]
+    weight = lf.reshaped(fn.inputs[1], (w.shape[0], 1, *w.shape[1:]))
+    bias = lf.value(fn.inputs[2]) if len(fn.inputs) > 2 else None
+    lf.node(fn, "Conv", [x, weight, bias], _conv_attrs(args, int(x.type.shape[1])), out=0)
+
+
+@lifts("Deconvolution")
+def _deconv(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    attrs = _conv_attrs(args, int(args["group"]))
+    attrs["output_padding"] = list(args.get("output_padding", (0, 0))) or [0, 0]
+    lf.node(fn, "ConvTranspose", list(_ins(lf, fn)), attrs, out=0)
+
+
+@lifts("Affine")
+def _affine(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    if args.get("base_axis", 1) != 1:
+        raise UnsupportedError("only base_axis 1 Affine is emulated")
+    x = lf.value(fn.inputs[0])
+    w = lf.nnb.variables[fn.inputs[1]]
+    k = w.shape[0]
+    m = w.size // k
+    if x.type.rank != 2:
+        flat = lf.graph.add_node("Flatten", [x], {"axis": 1}, name=lf.graph.unique_name("flatten", node=True))
+        flat.outputs[0].quant = x.quant
+        x = flat.outputs[0]
+    source = lf.value(fn.inputs[1])
+    assert source.const is not None
+    weight = lf.const(f"v{fn.inputs[1]}/km", np.ascontiguousarray(source.const.reshape(m, k).T))
+    weight.quant = source.quant
+    bias = None
+    if len(fn.inputs) > 2:
+        b = lf.value(fn.inputs[2])
+        assert b.const is not None
+        bias = lf.const(f"v{fn.inputs[2]}/m", b.const.reshape(-1))
+        bias.quant = b.quant
+    if lf.nnb.variables[fn.outputs[0]].shape[1:] != (m,):
+        raise UnsupportedError("only Affine outputs of shape (batch, out) are emulated")
+    lf.node(fn, "Dense", [x, weight, bias], out=0)
+
+
+@lifts("BatchNormalization")
+def _batchnorm(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    if tuple(args["axes"]) != (1,) or args["batch_stat"] or args["no_scale"] or args["no_bias"]:
+        raise UnsupportedError("only inference BatchNormalization over axis 1 with scale and bias is emulated")
+    x, beta, gamma, mean, var = (lf.value(i) for i in fn.inputs)
+    flat = []
+    for v in (gamma, beta, mean, var):
+        assert v.const is not None
+        c = lf.const(f"{v.name}/c", v.const.reshape(-1))
+        c.quant = v.quant
+        flat.append(c)
+    lf.node(fn, "BatchNorm", [x, *flat], {"epsilon": float(args["eps"])}, out=0)
+
+
+def _pool_attrs(args: dict[str, Any]) -> dict[str, Any]:
+    if not args["ignore_border"] or args.get("channel_last", 0) or len(args["kernel"]) != 2:
+        raise UnsupportedError("only 2-D channels-first pooling with ignore_border is emulated")
+    pad = list(args["pad"])
+    return {"kernel": list(args["kernel"]), "strides": list(args["stride"]), "pads": pad + pad}
+
+
+@lifts("MaxPooling", "SumPooling")
+def _pool(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    op = "MaxPool" if lf.kind == "MaxPooling" else "SumPool"  # type: ignore[attr-defined]
+    lf.node(fn, op, _ins(lf, fn), _pool_attrs(args), out=0)
+
+
+@lifts("AveragePooling")
+def _avgpool(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    attrs = {**_pool_attrs(args), "count_include_pad": bool(args["including_pad"])}
+    lf.node(fn, "AvgPool", _ins(lf, fn), attrs, out=0)
+
+
+@lifts("Slice")
+def _slice(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    x = lf.value(fn.inputs[0])
+    rank = x.type.rank
+    start, stop, step = (list(args[k]) for k in ("start", "stop", "step"))
+    lead = rank - len(start)
+    lf.node(fn, "Slice", [x], {"starts": start, "ends": stop, "axes": list(range(lead, rank)), "steps": step}, out=0)
+
+
+@lifts("Pad")
+def _pad(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    x = lf.value(fn.inputs[0])
+    width = list(args["pad_width"])
+    lead = x.type.rank - len(width) // 2
+    pads = [0] * lead + width[0::2] + [0] * lead + width[1::2]
+    mode = ("constant", "reflect", "edge")[int(args["mode"])]
+    lf.node(fn, "Pad", [x], {"pads": pads, "mode": mode, "value": float(args["constant_value"])}, out=0)
+
+
+@lifts("Sum")
+def _sum(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    lf.node(fn, "ReduceSum", _ins(lf, fn), {"axes": list(args["axes"]), "keepdims": bool(args["keep_dims"])}, out=0)

@@ -1,0 +1,284 @@
+"""Target `onnx-qdq`: the annotated IR as ONNX QuantizeLinear/DequantizeLinear (QDQ) pairs.
+
+Lowering, one rule per annotation (docs/quantized-ir.md, docs/backends.md):
+- an annotated activation (graph input or node output) gets QuantizeLinear -> DequantizeLinear
+  right after its producer; the DequantizeLinear output carries the IR value's name, so every
+  ONNX tensor named like an IR value holds what the simulator computes for it;
+- an annotated constant is stored already quantized (integer initializer) + DequantizeLinear;
+- the bias of Conv/ConvTranspose/Dense whose input and weight are quantized is stored int32 at
+  scale s_x * s_w (ONNX Runtime's QLinearConv/QGemm read the integers and assume that scale);
+- FixedPoint(bits, frac) is affine with scale 2^-frac and zero point 0;
+- a Relu whose quantized output clamps at zero anyway (zero point = the type's minimum) is
+  dropped and its quantization applied to its input, so the producer fuses with it.
+ONNX Runtime turns DQ -> op -> Q groups into integer kernels (QLinearConv, QGemm, QLinearAdd...).
+Every tensor that stays float without a decision (no annotation) becomes a report line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qcc.errors import UnsupportedError, UsageError
+from qcc.io import atomic_write_bytes
+from qcc.ir.core import Model, Node, Value
+from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
+
+from .onnx_export import EXPORTERS, OPSET, OnnxWriter, export_graph, finish
+
+WEIGHTED = {"Conv": 0, "ConvTranspose": 0, "Dense": 0}
+"""Ops with (x, weight, bias) inputs; the value is the bias's channel axis."""
+
+ACTIVATION_DTYPES = {"int8": 13, "uint8": 13, "int16": 21, "uint16": 21}
+"""QuantizeLinear output types -> the opset that first allows them."""
+
+CONSTANT_DTYPES = {"int8": 13, "uint8": 13, "int32": 13, "int16": 21, "uint16": 21}
+"""DequantizeLinear input types -> the opset that first allows them."""
+
+STORAGES = ("ort", "annotated")
+"""How int8 is written. 'ort' (default): int8 activations and constants as uint8 with zero
+point + 128, identical values. ONNX Runtime's x86 CPU kernels take only uint8 activations (it
+converts an int8 Q/DQ pair itself only when the Q feeds a single DequantizeLinear, so a tensor
+with two consumers would stay float), and uint8 weights run its u8u8 kernels, which cannot
+overflow the int16 pair sums that its u8s8 kernels saturate on AVX2 without VNNI.
+'annotated': every type exactly as annotated (for runtimes that require int8, e.g. TensorRT)."""
+
+_FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
+
+
+@attrs.frozen(eq=False)
+class QParams:
+    """Integer type, scale(s), zero point(s) and axis of one QuantizeLinear/DequantizeLinear."""
+
+    dtype: str
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int | None = None
+
+    def same(self, other: QParams) -> bool:
+        return (self.dtype == other.dtype and self.axis == other.axis
+                and np.array_equal(self.scale, other.scale) and np.array_equal(self.zero_point, other.zero_point))
+
+    @property
+    def clamps_at_zero(self) -> bool:
+        """Quantizing with these parameters already maps every negative value to 0."""
+        from qcc.quant import AFFINE_DTYPES
+
+        return self.axis is None and int(self.zero_point) == AFFINE_DTYPES[self.dtype][0]
+
+
+def qparams(quant: QuantType | None, name: str) -> QParams | None:
+    """The QDQ parameters an annotation stands for (None: the value stays float)."""
+    if quant is None or isinstance(quant, Float32):
+        return None
+    if isinstance(quant, Affine):
+        scale = np.asarray(quant.scale, np.float32)
+        zp = np.asarray(quant.zero_point, np.int64).astype(quant.dtype)
+        if quant.axis is None:
+            scale, zp = scale.reshape(()), zp.reshape(())
+        return QParams(quant.dtype, scale, zp, quant.axis)
+    if isinstance(quant, FixedPoint):
+        dtype = _FIXED_DTYPES[quant.bits]
+        return QParams(dtype, np.asarray(quant.step, np.float32), np.zeros((), dtype))
+    if isinstance(quant, Sign):
+        return QParams("int8", np.ones((), np.float32), np.zeros((), np.int8))
+    raise UnsupportedError(f"onnx-qdq: tensor {name!r} has annotation {quant!r} with no QDQ form")
+
+
+def integers(value: Value, params: QParams) -> np.ndarray:
+    """A constant's stored integers: its simulated value (annotation applied) at `params`."""
+    from qcc.quant import quantize_affine
+    from qcc.sim.fakequant import apply_annotation
+
+    assert value.const is not None
+    stored = apply_annotation(value.const.astype(np.float32), value.quant)
+    return quantize_affine(stored, params.scale, params.zero_point, params.dtype, params.axis)
+
+
+@attrs.define
+class Lowering:
+    """What the writer emits for each value, decided once from the annotations."""
+
+    activations: dict[int, QParams] = attrs.field(factory=dict)
+    constants: dict[int, QParams] = attrs.field(factory=dict)
+    folded: set[int] = attrs.field(factory=set)
+    fallbacks: list[dict[str, str]] = attrs.field(factory=list)
+    opset: int = OPSET
+
+    def need(self, dtype: str, table: dict[str, int], name: str) -> None:
+        if dtype not in table:
+            raise UnsupportedError(f"onnx-qdq: tensor {name!r} is annotated {dtype}, which ONNX QDQ cannot "
+                                   f"express here (allowed: {', '.join(table)})")
+        self.opset = max(self.opset, table[dtype])
+
+    def fallback(self, value: Value, reason: str) -> None:
+        self.fallbacks.append({"tensor": value.name, "reason": reason})
+
+
+def stored(p: QParams, storage: str) -> QParams:
+    """p as the file stores it: with storage 'ort', int8 becomes uint8 holding q + 128 with zero
+    point + 128, which dequantizes to exactly the same values (see STORAGES)."""
+    if storage == "annotated" or p.dtype != "int8":
+        return p
+    return QParams("uint8", p.scale, (p.zero_point.astype(np.int64) + 128).astype(np.uint8), p.axis)
+
+
+def _activation_params(value: Value, low: Lowering, storage: str) -> QParams | None:
+    if isinstance(value.quant, FixedPoint) and value.quant.bits not in (8, 16):
+        raise UnsupportedError(f"onnx-qdq: activation {value.name!r} is {value.quant}; QuantizeLinear has no "
+                               f"{value.quant.bits}-bit saturating form here (use FIXED8 or FIXED16)")
+    params = qparams(value.quant, value.name)
+    if params is None:
+        return None
+    params = stored(params, storage)
+    low.need(params.dtype, ACTIVATION_DTYPES, value.name)
+    return params
+
+
+def _bias_params(node: Node, low: Lowering) -> QParams | None:
+    """int32 at s_x * s_w when the node's input and weight are quantized (what ORT assumes)."""
+    x = low.activations.get(id(node.input(0)))
+    wq = low.constants.get(id(node.input(1)))
+    if x is None or wq is None or x.axis is not None:
+        return None
+    scale = (x.scale * wq.scale).astype(np.float32)
+    axis = WEIGHTED[node.op] if scale.ndim == 1 else None
+    return QParams("int32", scale, np.zeros(scale.shape, np.int32), axis)
+
+
+def _fold_relu(node: Node, low: Lowering, outputs: set[int]) -> bool:
+    """Drop a Relu whose output quantization clamps at zero into its producer's output."""
+    x, y = node.inputs[0], node.outputs[0]
+    py = low.activations.get(id(y))
+    if x is None or py is None or not py.clamps_at_zero or x.producer() is None or id(x) in outputs:
+        return False
+    if len(x.uses()) != 1:
+        return False
+    px = low.activations.get(id(x))
+    if px is not None and not px.same(py):
+        return False
+    low.activations.pop(id(x), None)
+    low.folded.add(id(node))
+    return True
+
+
+def plan(model: Model, storage: str = "ort") -> Lowering:
+    """Decide every value's ONNX form and the report lines for what stays float."""
+    if storage not in STORAGES:
+        raise UsageError(f"onnx-qdq: storage {storage!r}: choose one of {', '.join(STORAGES)}")
+    graph = model.graph
+    low = Lowering()
+    outputs = {id(v) for v in graph.outputs}
+    for value in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]:
+        params = _activation_params(value, low, storage)
+        if params is not None:
+            low.activations[id(value)] = params
+    for value in graph.constants:
+        params = qparams(value.quant, value.name)
+        if params is not None:
+            params = stored(params, storage)
+            low.need(params.dtype, CONSTANT_DTYPES, value.name)
+            low.constants[id(value)] = params
+    for node in graph.nodes:
+        if node.op in WEIGHTED and len(node.inputs) > 2 and node.inputs[2] is not None and node.inputs[2].is_const:
+            bias = node.inputs[2]
+            if not isinstance(bias.quant, Float32):
+                params = _bias_params(node, low)
+                if params is not None:
+                    low.constants[id(bias)] = params
+        if node.op == "Relu":
+            _fold_relu(node, low, outputs)
+    folded_inputs = {id(n.inputs[0]) for n in graph.nodes if id(n) in low.folded}
+    for value in graph.values():
+        if value.quant is not None or id(value) in folded_inputs or value.type.dtype != "float32":
+            continue
+        if id(value) in low.activations or id(value) in low.constants:
+            continue
+        users = ", ".join(sorted({n.name for n in value.consumers()})) or "graph output"
+        kind = "parameter" if value.is_const else "activation"
+        low.fallback(value, f"{kind} not annotated by the pipeline: stays float (used by {users})")
+    return low
+
+
+class QdqWriter(OnnxWriter):
+    """OnnxWriter that quantizes what the Lowering says while the shared exporters run."""
+
+    def __init__(self, model: Model, low: Lowering) -> None:
+        super().__init__(model, low.opset)
+        self.low = low
+
+    def params(self, base: str, p: QParams) -> list[str]:
+        return [self.const(f"{base}_scale", p.scale), self.const(f"{base}_zero_point", p.zero_point)]
+
+    def dequantize(self, q: str, out: str, base: str, p: QParams) -> None:
+        axis = {} if p.axis is None else {"axis": p.axis}
+        self.add("DequantizeLinear", [q, *self.params(base, p)], [out], self.fresh(f"{base}_DequantizeLinear"),
+                 **axis)
+
+    def qdq(self, src: str, out: str, base: str, p: QParams) -> None:
+        """src (float) -> QuantizeLinear -> DequantizeLinear -> out."""
+        q = self.fresh(f"{base}_quantized")
+        axis = {} if p.axis is None else {"axis": p.axis}
+        scale_zp = self.params(base, p)
+        self.add("QuantizeLinear", [src, *scale_zp], [q], self.fresh(f"{base}_QuantizeLinear"), **axis)
+        self.add("DequantizeLinear", [q, *scale_zp], [out], self.fresh(f"{base}_DequantizeLinear"), **axis)
+
+    def emit_inputs(self) -> None:
+        for value in self.model.graph.inputs:
+            p = self.low.activations.get(id(value))
+            if p is not None:
+                deq = self.fresh(f"{value.name}_dequantized")
+                self.qdq(value.name, deq, value.name, p)
+                self.names[id(value)] = deq
+
+    def emit_constant(self, value: Value) -> None:
+        p = self.low.constants.get(id(value))
+        if p is None:
+            super().emit_constant(value)
+            return
+        q = self.const(f"{value.name}_quantized", integers(value, p))
+        self.dequantize(q, value.name, value.name, p)
+
+    def emit_node(self, node: Node) -> None:
+        acts = self.low.activations
+        if id(node) in self.low.folded or (node.op == "Quantize" and id(node.outputs[0]) in acts):
+            y = node.outputs[0]
+            self.qdq(self.name(node.inputs[0]), y.name, y.name, acts[id(y)])
+            return
+        raw = [self.fresh(f"{o.name}_float") if id(o) in acts else o.name for o in node.outputs]
+        EXPORTERS[node.op](self, node, [self.name(v) for v in node.inputs], raw)
+        for value, src in zip(node.outputs, raw):
+            if id(value) in acts:
+                self.qdq(src, value.name, value.name, acts[id(value)])
+
+
+def to_qdq(model: Model, storage: str = "ort") -> tuple[Any, list[dict[str, str]]]:
+    """The QDQ ModelProto and the report lines for tensors left in float."""
+    low = plan(model, storage)
+    w = QdqWriter(model, low)
+    w.emit_inputs()
+    export_graph(w)
+    proto = finish(w)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "qcc.qdq_storage", storage
+    return proto, low.fallbacks
+
+
+class OnnxQdqBackend:
+    name = "onnx-qdq"
+    extensions: tuple[str, ...] = ()  # .onnx means the float target; ask for this one by name
+    output_is_directory = False
+    requires: tuple[str, ...] = ()
+
+    def write(self, model: Model, out: str | os.PathLike[str], *, storage: str = "ort",
+              **options: Any) -> list[dict[str, str]]:
+        """Write atomically; returns the float fallbacks for the compile report."""
+        proto, fallbacks = to_qdq(model, storage)
+        atomic_write_bytes(out, proto.SerializeToString())
+        return fallbacks
+
+
+BACKEND = OnnxQdqBackend()

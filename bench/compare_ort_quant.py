@@ -1,0 +1,222 @@
+"""ONNX QDQ: qcc vs onnxruntime.quantization.quantize_static on the same model and calibration data.
+
+Each tool runs in its own subprocess (wall time and peak RSS from os.wait4): qcc through its CLI
+(`qcc compile --target onnx-qdq --quantize uint8 --method M`), ONNX Runtime as its documentation
+recommends (quant_pre_process, then quantize_static in QDQ format with MinMax / Entropy /
+Percentile, per channel on and off, uint8 activations and int8 weights, plus ORT's own defaults).
+Every produced model is then run in ONNX Runtime (default optimizations): accuracy (digits) or
+top-1 agreement with the float model, SQNR of the logits against float, file size, how many
+compute ops ORT still runs in float, and single-thread latency (median of --runs).
+
+Models: the bundled digits CNN (examples/digits, its calibration and test splits) and the onnx
+package's light_resnet50 / light_densenet121 with seeded random weights (tests/onnx_zoo.py),
+random normal calibration and evaluation inputs, and the final Softmax removed so the SQNR
+measures logits.
+
+Run: .venv/bin/python bench/compare_ort_quant.py [--models digits,resnet50,densenet121]
+     [--samples 8] [--eval-samples 16] [--runs 20] [--no-write]
+Results are printed and written to docs/benchmarks.md under "## ONNX QDQ vs quantize_static".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests import ort_quant  # noqa: E402
+from tests.onnx_zoo import random_input, randomized_bytes  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## ONNX QDQ vs quantize_static"
+DIGITS = ROOT / "examples" / "digits"
+
+
+@attrs.frozen
+class Case:
+    name: str
+    model: Path
+    calib: Path
+    feeds: dict[str, np.ndarray]
+    labels: np.ndarray | None
+    static_batch: bool
+
+
+@attrs.frozen
+class Row:
+    tool: str
+    config: str
+    wall_s: float
+    peak_mb: float
+    path: Path
+
+
+def light_model(name: str, out: Path) -> tuple[str, tuple[int, ...]]:
+    """The randomized light model without its final Softmax and without initializer-backed inputs."""
+    import onnx
+
+    model = onnx.load_from_string(randomized_bytes(name))
+    graph = model.graph
+    last = graph.node[-1]
+    if last.op_type == "Softmax":
+        graph.output[0].name = last.input[0]
+        del graph.node[-1]
+    inits = {t.name for t in graph.initializer}
+    real = [i for i in graph.input if i.name not in inits]
+    del graph.input[:]
+    graph.input.extend(real)
+    onnx.save(model, str(out))
+    dims = tuple(int(d.dim_value) for d in real[0].type.tensor_type.shape.dim)
+    return real[0].name, dims
+
+
+def prepare(name: str, work: Path, samples: int, eval_samples: int) -> Case:
+    if name == "digits":
+        test = np.load(DIGITS / "test.npz")
+        return Case(name, DIGITS / "digits_cnn.onnx", DIGITS / "calib.npz", {"x": test["x"]}, test["labels"], False)
+    model = work / f"light_{name}.onnx"
+    input_name, dims = light_model(name, model)
+    calib = work / f"{name}_calib.npz"
+    np.savez(calib, **{input_name: random_input((samples, *dims[1:]), seed=0)})
+    feeds = {input_name: random_input((eval_samples, *dims[1:]), seed=1)}
+    return Case(name, model, calib, feeds, None, dims[0] == 1)
+
+
+def measured(argv: list[str], log: Path) -> tuple[float, float]:
+    """Run argv; (wall seconds, peak RSS MB) of that process alone."""
+    import time
+
+    start = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed; log: {log.read_text()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def run_tools(case: Case, work: Path, qcc_methods: list[str]) -> list[Row]:
+    rows = []
+    qcc_configs = [(f"uint8 {m}", ["--quantize", "uint8", "--method", m]) for m in qcc_methods]
+    qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor"]))
+    qcc_configs.append(("int8 minmax", ["--quantize", "int8"]))
+    for i, (config, extra) in enumerate(qcc_configs):
+        out = work / f"{case.name}_qcc{i}.onnx"
+        argv = [sys.executable, "-m", "qcc", "compile", str(case.model), "-o", str(out), "--target", "onnx-qdq",
+                "--calib", str(case.calib), *extra]
+        wall, peak = measured(argv, work / f"{case.name}_qcc{i}.log")
+        rows.append(Row("qcc", config, wall, peak, out))
+    ort_configs = [(m, pc, "uint8") for m in ort_quant.ORT_METHODS for pc in (True, False)]
+    ort_configs.append(("MinMax", False, "int8"))  # quantize_static's own defaults
+    for i, (method, per_channel, act) in enumerate(ort_configs):
+        out = work / f"{case.name}_ort{i}.onnx"
+        argv = [sys.executable, __file__, "--ort-worker", str(case.model), str(case.calib), str(out), method,
+                str(int(per_channel)), act, str(int(case.static_batch))]
+        wall, peak = measured(argv, work / f"{case.name}_ort{i}.log")
+        config = f"{act} {method}" + ("" if per_channel else " per-tensor") + (" (defaults)" if act == "int8" else "")
+        rows.append(Row("quantize_static", config, wall, peak, out))
+    return rows
+
+
+def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
+    ref = ort_quant.run(case.model, case.feeds)
+    one = {k: v[:1] for k, v in case.feeds.items()}
+    quality = "accuracy" if case.labels is not None else "top-1 agreement"
+    lines = [
+        f"### {case.name}",
+        "",
+        f"| tool | config | {quality} | logits SQNR (dB) | size (KB) | float ops in ORT | latency (ms) | "
+        "tool time (s) | tool peak RSS (MB) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def score(y: np.ndarray) -> float:
+        return ort_quant.top1(y, case.labels if case.labels is not None else ref.argmax(axis=1))
+
+    ops = ort_quant.float_compute(ort_quant.fused_ops(case.model))
+    lines.append(f"| float | - | {score(ref):.4f} | - | {case.model.stat().st_size / 1024:.0f} | {ops} | "
+                 f"{ort_quant.latency_ms(case.model, one, runs):.2f} | - | - |")
+    for row in rows:
+        y = ort_quant.run(row.path, case.feeds)
+        ops = ort_quant.float_compute(ort_quant.fused_ops(row.path))
+        lines.append(
+            f"| {row.tool} | {row.config} | {score(y):.4f} | {ort_quant.sqnr_db(y, ref):.2f} | "
+            f"{row.path.stat().st_size / 1024:.0f} | {ops} | {ort_quant.latency_ms(row.path, one, runs):.2f} | "
+            f"{row.wall_s:.1f} | {row.peak_mb:.0f} |")
+    return lines
+
+
+def write_section(lines: list[str], args: argparse.Namespace) -> None:
+    import onnxruntime
+
+    head = [
+        SECTION,
+        "",
+        f"`bench/compare_ort_quant.py`, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"onnxruntime {onnxruntime.__version__}; {args.samples} random calibration samples and "
+        f"{args.eval_samples} random evaluation samples for the light models (digits: its 359 calibration "
+        "and 360 test images). Latency: one sample, single thread, median of "
+        f"{args.runs} runs, default ORT optimizations. 'float ops in ORT': Conv/Gemm/MatMul/Add/Mul/Concat/"
+        "pooling nodes left in float in ORT's optimized graph (0 = everything runs in integer kernels). "
+        f"1-minute load average at the end: {os.getloadavg()[0]:.1f} (other jobs share the machine).",
+        "",
+    ]
+    body = "\n".join(head + lines) + "\n"
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    start = text.find(SECTION)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + body
+    else:
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + body + (text[end + 1:] if end >= 0 else "")
+    DOC.write_text(text)
+
+
+def ort_worker(argv: list[str]) -> None:
+    model, calib, out, method, per_channel, act, static = argv
+    data = dict(np.load(calib))
+    ort_quant.quantize_static(model, out, data, method, per_channel == "1", act,
+                              batch_size=1 if static == "1" else None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--models", default="digits,resnet50,densenet121")
+    ap.add_argument("--samples", type=int, default=8, help="calibration samples for the light models")
+    ap.add_argument("--eval-samples", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=20, help="latency runs (median)")
+    ap.add_argument("--qcc-methods", default="minmax,percentile,entropy")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--ort-worker", nargs=7, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.ort_worker:
+        ort_worker(args.ort_worker)
+        return
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in args.models.split(","):
+            case = prepare(name, work, args.samples, args.eval_samples)
+            rows = run_tools(case, work, args.qcc_methods.split(","))
+            part = evaluate(case, rows, args.runs)
+            print("\n".join(part) + "\n", flush=True)
+            lines += [*part, ""]
+    if not args.no_write:
+        write_section(lines, args)
+        print(f"written to {DOC}")
+
+
+if __name__ == "__main__":
+    main()

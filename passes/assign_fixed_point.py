@@ -1,0 +1,361 @@
+"""The `assign-fixed-point` pass: FIXED8/FIXED16 positions for every tensor (.nnb, C).
+
+Widths first, then positions:
+
+1. Width per tensor: a user pin or width override (apply-overrides), else `weight_bits` for
+   Conv/Dense weights and `bits` for everything else. A bias has its layer output's width.
+   target=nnb adds nnabla-c-runtime's rule that a Convolution's x, W, b and y have one type
+   (its kernel casts every operand to the output's type): they form one width class, and
+   conflicting overrides inside it are an error naming the tensors. So under nnb, fixed8-16
+   stores convolution weights in 16 bits (noted in the report); Dense (Affine) may mix.
+2. Position classes (same width only): views, Relu, MaxPool, Concat and the like carry their
+   input's position (no requantization), a bias has its output's position, and under nnb the
+   two inputs of Add/Sub share one (Add2 rescales the finer input in place). A class takes the
+   coarsest of its members' best positions: activations from their calibration histogram
+   (`method`; a tensor read only by Relu is judged by the Relu's output), parameters from their
+   exact values (`param_method`). nnb positions are 0..15.
+3. nnb: the output position of Conv/Dense/Mul is at most input + weight positions (the kernels
+   shift by fx + fw - fy); a class that violates it is lowered until none does.
+
+Pinned positions win; a rule that would change one is an error naming the tensor. Under nnb,
+activations are simulated with truncation toward zero (value.meta["rounding"] = "trunc"), as
+nnabla-c-runtime stores every value it computes; parameters round half to even (the
+converter's np.round).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import attrs
+import numpy as np
+from qcc.passes.calibrate import Calibration
+from qcc.passes.quantreport import activation_entry, parameter_entry, positive_part, without_zeros
+from qcc.passes.quantutil import (
+    ASSIGN_PRODUCT,
+    CONV_OPS,
+    UnionFind,
+    calibration,
+    check_choices,
+    check_finite_params,
+    clear_decision,
+    is_float,
+    is_param,
+    note_once,
+    param_data,
+    pinned,
+    relu_only,
+    set_float,
+    sharing_classes,
+    weight_uses,
+)
+
+from qcc.errors import UsageError
+from qcc.ir.core import Graph, Model, Value
+from qcc.ir.types import Affine, FixedPoint, Float32, Sign
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.fixedpoint import fixed_point_position, param_fixed_point_position
+from qcc.quant.numerics import fixed_bounds
+from qcc.quant.ranges import percentile
+from qcc.quant.stats import TensorStats
+
+NNB_POSITIONS = (0, 15)
+MULTIPLY_OPS = ("Conv", "ConvTranspose", "Dense", "Mul")
+STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse"}
+FLOAT = 0  # width of a value kept in float
+SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and nnb Add inputs share positions"
+
+
+def _percent(_: object, attribute: object, value: float) -> None:
+    if not 0.0 < value <= 100.0:
+        raise ValueError(f"percentile must be in (0, 100], got {value}")
+
+
+@attrs.frozen
+class AssignFixedPoint(Pass):
+    """Fixed-point types and positions for every tensor, honouring the target's (nnb) rules."""
+
+    name = "assign-fixed-point"
+    requires = ("calibrate",)
+
+    bits: Literal[8, 16] = attrs.field(default=8, metadata={"help": "activation (and default) width"})
+    weight_bits: Literal[8, 16] | None = attrs.field(default=None, metadata={"help": "weight width (none = bits)"})
+    method: Literal["minmax", "percentile", "entropy", "mse"] = attrs.field(
+        default="mse", metadata={"help": "activation position criterion on the histogram"})
+    percentile: float = attrs.field(default=99.99, validator=_percent, metadata={"help": "for method=percentile"})
+    param_method: Literal["mse", "maxabs", "nnabla"] = attrs.field(
+        default="mse", metadata={"help": "parameter position criterion (exact values)"})
+    target: Literal["nnb", "generic"] = attrs.field(default="nnb", metadata={"help": "rules to honour"})
+    rounding: Literal["auto", "trunc", "half_even"] = attrs.field(
+        default="auto", metadata={"help": "activation rounding (auto: trunc for nnb)"})
+    activations: Literal["all", "marked"] = attrs.field(
+        default="all", metadata={"help": "all activations, or only Quantize outputs"})
+
+    @property
+    def act_rounding(self) -> str:
+        if self.rounding == "auto":
+            return "trunc" if self.target == "nnb" else "half_even"
+        return self.rounding
+
+    @property
+    def frac_limits(self) -> tuple[int | None, int | None]:
+        return NNB_POSITIONS if self.target == "nnb" else (None, None)
+
+    def __attrs_post_init__(self) -> None:
+        check_choices(self)
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        calib = calibration(model, self.name)
+        check_finite_params(model)
+        graph = model.graph
+        model.products[ASSIGN_PRODUCT] = self
+        for value in graph.values():
+            clear_decision(value)
+        values = [v for v in graph.values() if is_float(v)]
+        self._check_pins(values)
+        if self.activations == "marked":
+            for v in values:
+                p = v.producer()
+                if not pinned(v) and not is_param(v) and (p is None or p.op != "Quantize"):
+                    set_float(v, "not marked by insert-quantize (activations=marked)")
+        widths = self._widths(graph, values, ctx)
+        positions, classes = self._positions(graph, values, widths, calib)
+        self._annotate(graph, values, widths, positions, classes, calib)
+        return PassResult(model, True, frozenset({"*"}))
+
+    # ------------------------------------------------------------------ validation
+    def _check_pins(self, values: list[Value]) -> None:
+        lo, hi = self.frac_limits
+        for v in values:
+            if v.meta.get("affine_dtype"):
+                raise UsageError(f"tensor {v.name!r}: override {v.meta.get('override')} is an affine type; "
+                                 "a fixed-point pipeline takes FLOAT32, FIXED8[_pos], FIXED16[_pos]")
+            q = v.quant if pinned(v) else None
+            if isinstance(q, Affine):
+                raise UsageError(f"tensor {v.name!r} is pinned to {q}, not a fixed-point type")
+            if isinstance(q, FixedPoint) and lo is not None and hi is not None and not lo <= q.frac <= hi:
+                raise UsageError(f"tensor {v.name!r}: pinned position {q.frac} is outside nnb's {lo}..{hi} "
+                                 f"({v.meta.get('override')})")
+
+    # ------------------------------------------------------------------ widths
+    def _user_width(self, v: Value) -> int | None:
+        if pinned(v):
+            q = v.quant
+            return q.bits if isinstance(q, FixedPoint) else FLOAT if isinstance(q, Float32) else None
+        if isinstance(v.quant, Float32):  # decided float above (activations=marked)
+            return FLOAT
+        bits = v.meta.get("bits")
+        return int(bits) if bits is not None else None
+
+    def _widths(self, graph: Graph, values: list[Value], ctx: PassContext) -> dict[int, int]:
+        weight_bits = self.weight_bits or self.bits
+        default: dict[int, int] = {}
+        for v in values:
+            is_weight = is_param(v) and any(i == 1 for _, i in weight_uses(v))
+            default[id(v)] = weight_bits if is_weight else self.bits
+        tied = UnionFind()
+        for v in values:
+            tied.add(v)
+        for node in graph.nodes:
+            if node.op not in ("Conv", "ConvTranspose", "Dense") or len(node.inputs) < 3 or node.inputs[2] is None:
+                continue
+            tied.union(node.outputs[0], node.inputs[2])  # bias: the output's type (and position)
+        if self.target == "nnb":
+            for node in graph.nodes:
+                w = node.inputs[1] if node.op in CONV_OPS else None
+                if w is None or isinstance(w.quant, Sign):
+                    continue
+                tied.union(node.outputs[0], node.input(0))
+                tied.union(node.outputs[0], w)
+        widths: dict[int, int] = {}
+        for members in tied.classes():
+            if isinstance(members[0].quant, Sign):
+                continue
+            if len(members) == 1:
+                user = self._user_width(members[0])
+                widths[id(members[0])] = user if user is not None else default[id(members[0])]
+                continue
+            asked = {m.name: uw for m in members if (uw := self._user_width(m)) is not None}
+            if len(set(asked.values())) > 1:
+                shown = ", ".join(f"{n}={_width_text(w)}" for n, w in sorted(asked.items()))
+                raise UsageError(f"assign-fixed-point (target {self.target}): these tensors must have one type "
+                                 f"(a Convolution's x, W, b and y, or a bias and its output) but overrides "
+                                 f"differ: {shown}; override all of them alike")
+            width = next(iter(asked.values())) if asked else self.bits
+            for m in members:
+                widths[id(m)] = width
+                if width != FLOAT and m.is_const and default[id(m)] != width and self._user_width(m) is None:
+                    note_once(ctx, "fixed_point", f"{m.name!r} stored in {width} bits: nnb convolutions need "
+                              "x, W, b and y of one type")
+        return widths
+
+    # ------------------------------------------------------------------ positions
+    def _act_position(self, stats: TensorStats, bits: int, partial_sums: int = 1) -> int:
+        lo, hi = self.frac_limits
+        if self.method == "mse" and partial_sums > 1:
+            return _accumulating_position(stats, bits, partial_sums, lo, hi)
+        if self.method == "percentile":
+            plo, phi = percentile(stats, self.percentile)
+            t = max(-plo, phi)
+            qmax = fixed_bounds(bits)[1]
+            frac = math.floor(math.log2(qmax / t)) if t > 0 else bits - 2
+            return max(lo, min(hi, frac)) if lo is not None and hi is not None else frac
+        if self.method == "entropy":
+            stats = without_zeros(stats)
+        return fixed_point_position(stats, bits, STATS_METHOD[self.method], rounding=self.act_rounding,
+                                    min_frac=lo, max_frac=hi)
+
+    def _best(self, v: Value, bits: int, calib: Calibration, graph: Graph, partial_sums: int) -> int | None:
+        data = param_data(v)
+        lo, hi = self.frac_limits
+        if data is not None:
+            return param_fixed_point_position(data, bits, self.param_method, min_frac=lo, max_frac=hi, name=v.name)
+        st = calib.get(v.name)
+        if st is None or not st.count:
+            return None
+        if relu_only(v, graph):
+            st = positive_part(st)
+        return self._act_position(st, bits, partial_sums)
+
+    def _partial_sums(self, v: Value) -> int:
+        """Truncations per output value: nnb's integer Conv truncates once per input channel."""
+        node = v.producer()
+        if self.target != "nnb" or node is None or node.op not in CONV_OPS or self.act_rounding != "trunc":
+            return 1
+        w = node.input(1)
+        return int(w.type.shape[1]) if node.op == "Conv" and isinstance(w.type.shape[1], int) else 1
+
+    def _positions(self, graph: Graph, values: list[Value], widths: dict[int, int],
+                   calib: Calibration) -> tuple[dict[int, int], UnionFind]:
+        fixed = [v for v in values if widths.get(id(v), FLOAT) != FLOAT]
+        same = lambda a, b: widths[id(a)] == widths[id(b)]  # noqa: E731
+        classes = sharing_classes(graph, fixed, same, shared_inputs=self.target == "nnb")
+        for node in graph.nodes:
+            bias = node.inputs[2] if node.op in ("Conv", "ConvTranspose", "Dense") and len(node.inputs) > 2 else None
+            if bias is not None and id(bias) in classes.parent and id(node.outputs[0]) in classes.parent:
+                classes.union(node.outputs[0], bias)
+        position: dict[int, int] = {}
+        locked: set[int] = set()
+        for members in classes.classes():
+            root = classes.find(members[0])
+            pins = {m.name: m.quant.frac for m in members if pinned(m) and isinstance(m.quant, FixedPoint)}
+            if len(set(pins.values())) > 1:
+                shown = ", ".join(f"{n}=FIXED{widths[id(members[0])]}_{p}" for n, p in sorted(pins.items()))
+                raise UsageError(f"assign-fixed-point: tensors {sorted(pins)} share one position ({SHARE_WHY}) "
+                                 f"but are pinned differently: {shown}")
+            if pins:
+                position[root] = next(iter(pins.values()))
+                locked.add(root)
+                continue
+            bits = widths[id(members[0])]
+            contributors = [m for m in members if not relu_only(m, graph)] or members
+            parts = max(self._partial_sums(m) for m in members)
+            best = [p for m in contributors if (p := self._best(m, bits, calib, graph, parts)) is not None]
+            if best:
+                position[root] = min(best)
+        if self.target == "nnb":
+            self._constrain(graph, widths, classes, position, locked)
+        return position, classes
+
+    def _constrain(self, graph: Graph, widths: dict[int, int], classes: UnionFind,
+                   position: dict[int, int], locked: set[int]) -> None:
+        """nnb: fy <= fx + fw for multiplying kernels whose operands are all one fixed type."""
+        changed = True
+        while changed:
+            changed = False
+            for node in graph.nodes:
+                if node.op not in MULTIPLY_OPS or len(node.inputs) < 2:
+                    continue
+                x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+                if x is None or w is None or any(id(v) not in classes.parent for v in (x, w, y)):
+                    continue
+                if len({widths[id(x)], widths[id(w)], widths[id(y)]}) != 1:
+                    continue  # mixed types run nnabla-c-runtime's generic float kernel: no shift
+                rx, rw, ry = classes.find(x), classes.find(w), classes.find(y)
+                if not all(r in position for r in (rx, rw, ry)):
+                    continue
+                limit = position[rx] + position[rw]
+                if position[ry] <= limit:
+                    continue
+                if ry in locked:
+                    raise UsageError(
+                        f"tensor {y.name!r} is pinned to position {position[ry]}, but nnb requires the output "
+                        f"position of {node.op} {node.name!r} to be at most input + weight positions "
+                        f"({x.name!r} {position[rx]} + {w.name!r} {position[rw]} = {limit})")
+                position[ry] = limit
+                changed = True
+
+    # ------------------------------------------------------------------ annotation
+    def _annotate(self, graph: Graph, values: list[Value], widths: dict[int, int], position: dict[int, int],
+                  classes: UnionFind, calib: Calibration) -> None:
+        for v in values:
+            if pinned(v) or isinstance(v.quant, (Float32, Sign)):
+                continue
+            width = widths.get(id(v), FLOAT)
+            if width == FLOAT:
+                set_float(v, _float_reason(v, graph))
+                continue
+            root = classes.find(v)
+            if root not in position:
+                set_float(v, "no calibration statistics (the value was never computed)")
+                continue
+            v.quant = FixedPoint(width, position[root])
+            data = param_data(v)
+            if data is not None:
+                v.meta["report"] = parameter_entry(data, v.quant)
+                continue
+            v.meta["rounding"] = self.act_rounding
+            v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.method, self.act_rounding,
+                                                relu_only=relu_only(v, graph))
+        for v in values:  # pinned fixed values get report fields too
+            if pinned(v) and isinstance(v.quant, FixedPoint):
+                data = param_data(v)
+                if data is None:
+                    v.meta["rounding"] = self.act_rounding
+                v.meta["report"] = (parameter_entry(data, v.quant) if data is not None else
+                                    activation_entry(calib.get(v.name), v.quant, "pinned", self.act_rounding))
+
+
+def _accumulating_position(stats: TensorStats, bits: int, partial_sums: int, lo: int | None,
+                           hi: int | None) -> int:
+    """Least expected squared error when each value is the sum of `partial_sums` truncated parts.
+
+    Storage error (clipping and one truncation) comes from the histogram; every further
+    truncation toward zero adds about step**2 / 3 per nonzero value. At 8 bits, 16 input
+    channels make that the larger term, so the position comes out one or two finer than the
+    storage-only optimum.
+    """
+    from qcc.quant.histerr import expected_sq_error
+    from qcc.quant.stats import extent_for
+
+    qmin, qmax = fixed_bounds(bits)
+    fits = bits - 1 - extent_for(max(stats.absmax, 1e-30))
+    cands = [f for f in range(fits - 1, fits + bits + 1)
+             if (lo is None or f >= lo) and (hi is None or f <= hi)]
+    if not cands:
+        return fixed_point_position(stats, bits, "mse", rounding="trunc", min_frac=lo, max_frac=hi)
+    fracs = np.array(cands)
+    step = np.ldexp(1.0, -fracs)
+    err = expected_sq_error(stats, step, step * qmax, step * -qmin, "trunc")
+    nonzero = max(stats.count - stats.zero_count, 0)
+    err = err + (partial_sums - 1) * nonzero * step**2 / 3.0
+    return int(fracs[int(np.argmin(err))])
+
+
+def _width_text(width: int) -> str:
+    return "FLOAT32" if width == FLOAT else f"FIXED{width}"
+
+
+def _float_reason(v: Value, graph: Graph) -> str:
+    for node, index in v.uses():
+        if index == 2 and node.op in ("Conv", "ConvTranspose", "Dense"):
+            return (f"bias of {node.op} {node.name!r} takes the type of its output "
+                    f"{node.outputs[0].name!r} (FLOAT32)")
+        if node.op in CONV_OPS:
+            return (f"nnb: {node.op} {node.name!r} runs in one type and its output "
+                    f"{node.outputs[0].name!r} is FLOAT32")
+    producer = v.producer()
+    if producer is not None and producer.op in CONV_OPS:
+        return f"nnb: {producer.op} {producer.name!r} runs in one type and an operand is FLOAT32"
+    return "kept in float by an override"

@@ -1,0 +1,187 @@
+"""The `calibrate` pass: run the float model on calibration data, keep streaming statistics.
+
+Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
+runs through the reference interpreter, an observer folds every float activation into a
+fixed-size `TensorStats` (qcc.quant.stats) and the interpreter frees the batch's tensors as it
+goes. The statistics are stored on the model as `model.products["calibration"]`, a
+`Calibration` that merges exactly with another one (other batches, other workers).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+from qcc.passes.quantutil import check_finite_params, is_float
+
+from qcc.errors import InvalidInputError, UsageError
+from qcc.ir.core import Model, Value
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.ranges import is_constant
+from qcc.quant.stats import DEFAULT_NUM_BINS, TensorStats
+
+PRODUCT = "calibration"
+
+
+@attrs.define(eq=False)
+class Calibration:
+    """Per-tensor statistics by value name, and how many samples produced them."""
+
+    stats: dict[str, TensorStats] = attrs.field(factory=dict)
+    samples: int = 0
+
+    def get(self, name: str) -> TensorStats | None:
+        return self.stats.get(name)
+
+    def merge(self, other: Calibration) -> Calibration:
+        """Both calibrations together; a tensor only one side saw keeps that side's statistics."""
+        merged = dict(self.stats)
+        for name, st in other.stats.items():
+            merged[name] = merged[name].merge(st) if name in merged else st
+        return Calibration(merged, self.samples + other.samples)
+
+    def nbytes(self) -> int:
+        return sum(s.nbytes() for s in self.stats.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "stats": [s.to_dict() for s in self.stats.values()]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
+        stats = [TensorStats.from_dict(d) for d in data["stats"]]
+        return cls({s.name: s for s in stats}, int(data["samples"]))
+
+
+def _positive(name: str) -> Any:
+    def check(_: Any, attribute: Any, value: int | None) -> None:
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return check
+
+
+def _power_of_two(_: Any, attribute: Any, value: int) -> None:
+    if value < 2 or value & (value - 1) or value > 1 << 24:
+        raise ValueError(f"num_bins must be a power of two in 2..2**24, got {value}")
+
+
+@attrs.frozen
+class Calibrate(Pass):
+    """Run the float model on --calib data in batches and collect per-tensor statistics."""
+
+    name = "calibrate"
+
+    batch_size: int = attrs.field(default=32, validator=_positive("batch_size"),
+                                  metadata={"help": "samples per batch (a static batch dim wins)"})
+    num_bins: int = attrs.field(default=DEFAULT_NUM_BINS, validator=_power_of_two,
+                                metadata={"help": "histogram bins per sign"})
+    max_samples: int | None = attrs.field(default=None, validator=_positive("max_samples"),
+                                          metadata={"help": "use at most this many samples"})
+    merge: bool = attrs.field(default=False, metadata={"help": "merge into existing statistics"})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        from qcc.data import bind_inputs
+
+        if ctx.calib_data is None:
+            raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
+                             "model input name, first axis = samples)")
+        check_finite_params(model)
+        source = str(ctx.options.get("calib") or "calibration data")
+        feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)
+        count = len(next(iter(feeds.values()))) if feeds else 0
+        if self.max_samples is not None:
+            count = min(count, self.max_samples)
+        batch, count = self._batching(model, count, source, ctx)
+        result = collect(model, {k: v[:count] for k, v in feeds.items()}, batch, self.num_bins,
+                         ctx.progress)
+        _check(result, model, source, ctx)
+        previous = model.products.get(PRODUCT)
+        if self.merge and isinstance(previous, Calibration):
+            result = previous.merge(result)
+        model.products[PRODUCT] = result
+        return PassResult(model, True, frozenset({"*"}))
+
+    def _batching(self, model: Model, count: int, source: str, ctx: PassContext) -> tuple[int, int]:
+        """A static batch dimension (e.g. 1) fixes the batch; leftover samples are dropped."""
+        static = {v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)}
+        if len(static) > 1:
+            raise InvalidInputError(f"model inputs have different static batch sizes {sorted(static)}")
+        if count == 0:
+            raise InvalidInputError(f"{source}: no samples")
+        if not static:
+            return min(self.batch_size, count), count
+        batch = int(static.pop())
+        if count < batch:
+            raise InvalidInputError(f"{source}: {count} sample(s), but the model's batch dimension is {batch}")
+        usable = count - count % batch
+        if usable != count:
+            ctx.note("calibration", f"{count - usable} sample(s) dropped: the model's static batch is {batch}")
+        return batch, usable
+
+
+def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
+            progress: bool = False) -> Calibration:
+    """Statistics of every float activation over `feeds` (first axis = samples), batch by batch."""
+    from qcc.sim.interpreter import Interpreter
+
+    graph = model.graph
+    tracked = {id(v): v for v in graph.inputs if is_float(v)}
+    for node in graph.nodes:
+        tracked.update({id(v): v for v in node.outputs if is_float(v)})
+    stats = {v.name: TensorStats(v.name, num_bins) for v in tracked.values()}
+
+    def observe(value: Value, array: np.ndarray) -> None:
+        if id(value) in tracked:
+            stats[value.name].update(array)
+
+    interp = Interpreter(model, observer=observe)
+    count = len(next(iter(feeds.values()))) if feeds else 0
+    bar = _Progress(count) if progress else None
+    for start in range(0, count, batch):
+        interp.run({k: v[start:start + batch] for k, v in feeds.items()})
+        if bar:
+            bar.update(min(start + batch, count))
+    if bar:
+        bar.close()
+    return Calibration(stats, count)
+
+
+def _check(result: Calibration, model: Model, source: str, ctx: PassContext) -> None:
+    """NaN/Inf is an error naming the first tensor that had it; constant tensors are noted."""
+    for value in model.graph.values():
+        st = result.get(value.name)
+        if st is None:
+            continue
+        if st.nan_count or st.inf_count:
+            producer = value.producer()
+            where = f" (output of {producer.op} {producer.name!r})" if producer else ""
+            raise InvalidInputError(
+                f"{source}: the float model computes {st.nan_count} NaN and {st.inf_count} Inf value(s) "
+                f"in tensor {value.name!r}{where}; no range can be chosen")
+        if st.count and is_constant(st):
+            ctx.note("calibration", {"tensor": value.name, "issue": f"constant value {st.max:g} on all "
+                                     "calibration data: its range is chosen by the zero-range rule "
+                                     "(docs/passes.md)"})
+
+
+class _Progress:
+    """A one-line progress bar on stderr (only when stderr is a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(total, 1)
+        self.start = time.perf_counter()
+
+    def update(self, done: int) -> None:
+        width = 30
+        filled = width * done // self.total
+        rate = done / max(time.perf_counter() - self.start, 1e-9)
+        sys.stderr.write(f"\rcalibrate [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
+                         f"samples, {rate:.0f}/s")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()

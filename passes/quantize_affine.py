@@ -1,0 +1,204 @@
+"""The `quantize-affine` pass: int8/uint8 annotations from calibration statistics (ONNX QDQ).
+
+- Activations (graph inputs, node outputs): per tensor, range by `method` on the histogram,
+  scale/zero point exactly as ONNX Runtime computes them (qcc.quant.affine). Values that carry
+  one annotation (views, Relu, MaxPool, Concat inputs and output) share the union of their
+  ranges; a tensor read only by Relu takes its range from the Relu's output (its negative half
+  is zeroed anyway: ONNX Runtime's Conv+Relu fusion does the same).
+- Weights (input 1 of Conv/ConvTranspose/Dense): per channel on the output-channel axis or per
+  tensor, symmetric by default; `weight_bits=7` is ORT's reduce_range (AVX2 without VNNI
+  saturates full 8-bit weights, docs/quantization.md).
+- Bias: int32, scale = s_x * s_w, zero point 0 (per channel when the weight is).
+- Other constants feeding arithmetic: per tensor from their exact min/max. BatchNorm
+  parameters (a BatchNorm fold-bn could not fold) stay float, with the reason recorded.
+
+Pinned values (apply-overrides) keep their annotation; INT8/UINT8/INT16 overrides choose the
+dtype. Constant tensors get the documented zero-range rule of qcc.quant.ranges.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+import numpy as np
+from qcc.passes.calibrate import Calibration
+from qcc.passes.quantreport import activation_entry, parameter_entry, without_zeros
+from qcc.passes.quantutil import (
+    ASSIGN_PRODUCT,
+    calibration,
+    check_choices,
+    check_finite_params,
+    clear_decision,
+    is_float,
+    is_param,
+    param_data,
+    pinned,
+    relu_only,
+    set_float,
+    sharing_classes,
+    weight_axis,
+    weight_uses,
+)
+
+from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.types import Affine, FixedPoint, QuantType
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.affine import affine_params, weight_affine_params
+from qcc.quant.ranges import choose_range
+from qcc.quant.stats import TensorStats
+
+ARITH_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Quantize"})
+
+
+def _percent(_: object, attribute: object, value: float) -> None:
+    if not 0.0 < value <= 100.0:
+        raise ValueError(f"percentile must be in (0, 100], got {value}")
+
+
+@attrs.frozen
+class QuantizeAffine(Pass):
+    """Affine int8/uint8 annotations: activations per tensor, weights per channel, int32 bias."""
+
+    name = "quantize-affine"
+    requires = ("calibrate",)
+
+    dtype: Literal["int8", "uint8"] = attrs.field(default="int8", metadata={"help": "activation dtype"})
+    weight_dtype: Literal["int8", "uint8"] = attrs.field(default="int8", metadata={"help": "weight dtype"})
+    per_channel: bool = attrs.field(default=True, metadata={"help": "per-output-channel weight scales"})
+    symmetric: bool = attrs.field(default=False, metadata={"help": "symmetric activation ranges"})
+    weight_symmetric: bool = attrs.field(default=True, metadata={"help": "symmetric weight ranges"})
+    method: Literal["minmax", "percentile", "entropy", "mse"] = attrs.field(
+        default="minmax", metadata={"help": "activation range estimator"})
+    percentile: float = attrs.field(default=99.99, validator=_percent, metadata={"help": "for method=percentile"})
+    weight_bits: Literal[8, 7] = attrs.field(default=8, metadata={"help": "7 = ORT reduce_range"})
+    activations: Literal["all", "marked"] = attrs.field(
+        default="all", metadata={"help": "all activations, or only Quantize outputs"})
+
+    def __attrs_post_init__(self) -> None:
+        check_choices(self)
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        calib = calibration(model, self.name)
+        check_finite_params(model)
+        graph = model.graph
+        model.products[ASSIGN_PRODUCT] = self
+        for value in graph.values():
+            clear_decision(value)
+        acts = [v for v in graph.values() if is_float(v) and not is_param(v) and not pinned(v)]
+        if self.activations == "marked":
+            marked = [v for v in acts if (p := v.producer()) is not None and p.op == "Quantize"]
+            for value in acts:
+                if value not in marked:
+                    set_float(value, "not marked by insert-quantize (activations=marked)")
+            acts = marked
+        same = lambda a, b: a.meta.get("affine_dtype") == b.meta.get("affine_dtype")  # noqa: E731
+        for members in sharing_classes(graph, acts, same).classes():
+            self._annotate_class(members, calib, graph)
+        params = [v for v in graph.values() if is_float(v) and is_param(v) and not pinned(v)]
+        for value in params:
+            self._annotate_param(value)
+        for node in graph.nodes:
+            if node.op in ("Conv", "ConvTranspose", "Dense") and len(node.inputs) > 2 and node.inputs[2] is not None:
+                _annotate_bias(node)
+        for value in params:
+            _copy_from_quantize(value)
+        return PassResult(model, True, frozenset({"*"}))
+
+    # ------------------------------------------------------------------ activations
+    def _range(self, stats: TensorStats, dtype: str) -> tuple[float, float]:
+        if self.method == "percentile":
+            return choose_range(stats, "percentile", pct=self.percentile)
+        if self.method == "mse":
+            return choose_range(stats, "mse", dtype=dtype, symmetric=self.symmetric)
+        if self.method == "entropy":
+            return choose_range(without_zeros(stats), "entropy")
+        return choose_range(stats, self.method)
+
+    def _annotate_class(self, members: list[Value], calib: Calibration, graph: Graph) -> None:
+        dtype = members[0].meta.get("affine_dtype") or self.dtype
+        contributors = [m for m in members if not relu_only(m, graph)] or members
+        ranges = [self._range(st, dtype) for m in contributors if (st := calib.get(m.name)) is not None and st.count]
+        if not ranges:
+            for m in members:
+                set_float(m, "no calibration statistics (the value was never computed)")
+            return
+        lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        scale, zp = affine_params(lo, hi, dtype, self.symmetric, name=members[0].name)
+        quant = Affine((scale,), (zp,), dtype)
+        for m in members:
+            m.quant = quant
+            m.meta["report"] = activation_entry(calib.get(m.name), quant, self.method,
+                                                relu_only=relu_only(m, graph))
+
+    # ------------------------------------------------------------------ parameters
+    def _annotate_param(self, value: Value) -> None:
+        data = param_data(value)
+        assert data is not None
+        uses = value.uses()
+        if value.is_const and uses and all(n.op == "Quantize" for n, _ in uses):
+            return  # annotated like the Quantize output it feeds (_copy_from_quantize)
+        weights = [(n, i) for n, i in weight_uses(value) if i == 1]
+        if weights and len(weights) == len(uses):
+            axes = {weight_axis(n) for n, _ in weights}
+            axis = axes.pop() if self.per_channel and len(axes) == 1 and data.ndim > 1 else None
+            dtype = value.meta.get("affine_dtype") or self.weight_dtype
+            scales, zps = weight_affine_params(data, axis, dtype, self.weight_symmetric,
+                                               reduce_range=self.weight_bits == 7, name=value.name)
+            value.quant = Affine(tuple(float(s) for s in np.atleast_1d(scales)),
+                                 tuple(int(z) for z in np.atleast_1d(zps)), dtype, axis)
+            value.meta["report"] = parameter_entry(data, value.quant)
+            return
+        if any(i == 2 for _, i in weight_uses(value)):
+            return  # biases: after their inputs and weights (_annotate_bias)
+        other = [n for n, _ in uses if n.op not in ARITH_OPS]
+        if other:
+            set_float(value, f"parameter of {other[0].op} {other[0].name!r}"
+                      + (" (not folded by fold-bn)" if other[0].op == "BatchNorm" else ""))
+            return
+        dtype = value.meta.get("affine_dtype") or self.dtype
+        lo, hi = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)
+        scale, zp = affine_params(lo, hi, dtype, self.symmetric, name=value.name)
+        value.quant = Affine((scale,), (zp,), dtype)
+        value.meta["report"] = parameter_entry(data, value.quant)
+
+
+def scales_of(quant: QuantType | None) -> np.ndarray | None:
+    """Per-channel (or one) scale of an affine or fixed-point annotation."""
+    if isinstance(quant, Affine):
+        return np.asarray(quant.scale, dtype=np.float64)
+    if isinstance(quant, FixedPoint):
+        return np.asarray([2.0 ** -quant.frac])
+    return None
+
+
+def _annotate_bias(node: Node) -> None:
+    bias = node.inputs[2]
+    assert bias is not None
+    if pinned(bias) or not is_float(bias) or bias.quant is not None:
+        return
+    data = param_data(bias)
+    if data is None:
+        return
+    sx, sw = scales_of(node.input(0).quant), scales_of(node.input(1).quant)
+    if sx is None or sw is None or len(sx) != 1:
+        missing = node.input(0) if sx is None or len(sx) != 1 else node.input(1)
+        set_float(bias, f"{missing.name!r} ({'input' if missing is node.inputs[0] else 'weight'} of "
+                  f"{node.op} {node.name!r}) is not quantized per tensor: no int32 bias scale")
+        return
+    scale = np.maximum(sx[0] * sw, float(np.finfo(np.float32).tiny)).astype(np.float32)
+    if len(scale) not in (1, data.shape[0]):
+        set_float(bias, f"bias of {node.name!r}: {len(scale)} weight scales for {data.shape[0]} channels")
+        return
+    axis = 0 if len(scale) > 1 else None
+    bias.quant = Affine(tuple(float(s) for s in scale), (0,) * len(scale), "int32", axis)
+    bias.meta["report"] = parameter_entry(data, bias.quant)
+
+
+def _copy_from_quantize(value: Value) -> None:
+    """A constant read only through Quantize nodes carries their annotation (insert-quantize weights)."""
+    uses = value.uses()
+    if value.is_const and uses and all(n.op == "Quantize" for n, _ in uses) and value.quant is None:
+        value.quant = uses[0][0].outputs[0].quant
+        if value.quant is not None and value.const is not None:
+            value.meta["report"] = parameter_entry(value.const, value.quant)

@@ -1,0 +1,226 @@
+"""What the quantization passes share: tensor roles, sharing classes, calibration access.
+
+Not a pass. The roles and the classes are the conventions of docs/quantized-ir.md turned into
+code, so `quantize-affine`, `assign-fixed-point` and `sensitivity` cannot disagree on which
+tensor is a weight, which bias belongs to which output, or which values share an annotation.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from qcc.errors import InvalidInputError, UsageError
+from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.registry import get_schema
+from qcc.pm.base import PassContext
+
+WEIGHT_OPS: dict[str, int] = {"Conv": 0, "ConvTranspose": 1, "Dense": 1}
+"""Ops with a weight (input 1) and optional bias (input 2): the weight's output-channel axis."""
+
+CONV_OPS = ("Conv", "ConvTranspose")
+"""nnabla-c-runtime runs these with one type for x, W, b and y."""
+
+INHERIT_OPS = frozenset({"Relu", "MaxPool", "GlobalMaxPool", "Concat", "Transpose", "Slice", "Split"})
+"""Ops whose outputs hold values of their inputs: they carry the input annotation (with views)."""
+
+SHARED_INPUT_OPS = frozenset({"Add", "Sub"})
+"""nnb's Add2/Sub2 rescale the finer input in place: their inputs share one position."""
+
+ASSIGN_PRODUCT = "quant_assign"
+"""model.products key: the annotation pass that ran last (re-run by `sensitivity`)."""
+
+NNABLA_OP_ALIASES = {"ReLU": "Relu", "AveragePooling": "AvgPool", "Affine": "Dense",
+                     "Convolution": "Conv", "MaxPooling": "MaxPool", "Add2": "Add"}
+
+
+def canonical_op(name: str) -> str:
+    """An IR op name, accepting nnabla's function names (seed 000 says ReLU/AveragePooling/Affine)."""
+    from qcc.ir.registry import has_op
+
+    op = NNABLA_OP_ALIASES.get(name, name)
+    if not has_op(op):
+        raise ValueError(f"unknown op type {name!r}")
+    return op
+
+
+def is_float(value: Value) -> bool:
+    return value.type.dtype in ("float32", "float64", "float16")
+
+
+def is_view(node: Node) -> bool:
+    return get_schema(node.op).has("view")
+
+
+def inherits(node: Node) -> bool:
+    """Whether the node's outputs carry its (first) input's annotation."""
+    return is_view(node) or node.op in INHERIT_OPS
+
+
+def param_data(value: Value) -> np.ndarray | None:
+    """The exact values of a parameter: a constant, or a Quantize/view of one."""
+    seen = 0
+    while value.const is None:
+        producer = value.producer()
+        if producer is None or seen > 8 or not (producer.op == "Quantize" or is_view(producer)):
+            return None
+        value = producer.input(0)
+        seen += 1
+    return value.const
+
+
+def is_param(value: Value) -> bool:
+    return param_data(value) is not None
+
+
+def weight_uses(value: Value) -> list[tuple[Node, int]]:
+    """(node, input index) where the value is the weight (1) or bias (2) of a Conv/Dense."""
+    return [(n, i) for n, i in value.uses() if n.op in WEIGHT_OPS and i in (1, 2)]
+
+
+def weight_axis(node: Node) -> int:
+    return WEIGHT_OPS[node.op]
+
+
+def check_finite_params(model: Model) -> None:
+    """NaN/Inf in a parameter would give NaN ranges downstream: refuse up front, naming it."""
+    for value in model.graph.constants:
+        data = value.const
+        if data is not None and data.dtype.kind == "f" and not np.isfinite(data).all():
+            bad = int(np.count_nonzero(~np.isfinite(data)))
+            raise InvalidInputError(f"parameter {value.name!r} contains {bad} NaN/Inf value(s)")
+
+
+def relu_only(value: Value, graph: Graph) -> bool:
+    """Consumed only by Relu (not a graph output): its negative half never matters."""
+    users = value.consumers()
+    return bool(users) and all(n.op == "Relu" for n in users) and not any(v is value for v in graph.outputs)
+
+
+class UnionFind:
+    """Classes of values that must share an annotation, keyed by value identity."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+        self.values: dict[int, Value] = {}
+
+    def add(self, value: Value) -> None:
+        if id(value) not in self.parent:
+            self.parent[id(value)] = id(value)
+            self.values[id(value)] = value
+
+    def find(self, value: Value) -> int:
+        self.add(value)
+        key = id(value)
+        while self.parent[key] != key:
+            self.parent[key] = self.parent[self.parent[key]]
+            key = self.parent[key]
+        return key
+
+    def union(self, a: Value, b: Value) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def classes(self) -> list[list[Value]]:
+        groups: dict[int, list[Value]] = {}
+        for value in self.values.values():
+            groups.setdefault(self.find(value), []).append(value)
+        return list(groups.values())
+
+
+def sharing_classes(graph: Graph, candidates: Iterable[Value],
+                    same: Callable[[Value, Value], bool] = lambda a, b: True,
+                    shared_inputs: bool = False) -> UnionFind:
+    """Union values that carry one annotation: inherit-op inputs/outputs, Concat inputs, and
+    (with shared_inputs) Add/Sub inputs; `same(a, b)` can veto a link (e.g. different widths)."""
+    uf = UnionFind()
+    wanted = {id(v) for v in candidates}
+    for value in graph.values():
+        if id(value) in wanted:
+            uf.add(value)
+
+    def link(a: Value | None, b: Value | None) -> None:
+        if a is not None and b is not None and id(a) in wanted and id(b) in wanted and same(a, b):
+            uf.union(a, b)
+
+    for node in graph.nodes:
+        if inherits(node) and node.inputs:
+            first = node.inputs[0]
+            for out in node.outputs:
+                link(first, out)
+            if node.op == "Concat":
+                for other in node.inputs[1:]:
+                    link(first, other)
+        elif shared_inputs and node.op in SHARED_INPUT_OPS and len(node.inputs) == 2:
+            link(node.inputs[0], node.inputs[1])
+    return uf
+
+
+def calibration(model: Model, who: str) -> Any:
+    """The statistics `calibrate` stored, or a usage error naming the pass that needs them."""
+    calib = model.products.get("calibration")
+    if calib is None:
+        raise UsageError(f"pass {who!r} needs calibration statistics: run 'calibrate' before it "
+                         "(with --calib DATA.npz)")
+    return calib
+
+
+def match_globs(patterns: Iterable[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def node_selected(node: Node, include: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
+    """Node-name filter shared by the passes: include (empty = all) minus exclude."""
+    if include and not match_globs(include, node.name):
+        return False
+    return not match_globs(exclude, node.name)
+
+
+def note_once(ctx: PassContext, section: str, entry: Any) -> None:
+    """ctx.note, but annotation passes are re-run by `sensitivity`: no duplicate lines."""
+    if entry not in ctx.report.get(section, []):
+        ctx.note(section, entry)
+
+
+def set_float(value: Value, reason: str) -> None:
+    """Decide to keep a value in float, recording why (the report's float_fallbacks)."""
+    from qcc.ir.types import Float32
+
+    value.quant = Float32()
+    value.meta["float_reason"] = reason
+    value.meta.pop("report", None)
+
+
+def clear_decision(value: Value) -> None:
+    """Forget a previous pass's annotation (not a user's pin) before deciding again."""
+    if value.meta.get("pinned"):
+        return
+    value.quant = None
+    for key in ("float_reason", "report", "rounding"):
+        value.meta.pop(key, None)
+
+
+def check_choices(options: Any) -> None:
+    """Literal-typed options hold one of their choices (the spec parser checks strings; this
+    checks Python callers too). Call from __attrs_post_init__."""
+    import typing
+
+    import attrs
+
+    hints = typing.get_type_hints(type(options))
+    for field in attrs.fields(type(options)):
+        value = getattr(options, field.name)
+        hint = hints.get(field.name)
+        args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+            typing.Union, getattr(__import__("types"), "UnionType", typing.Union)) else [hint]
+        choices = [c for a in args if typing.get_origin(a) is typing.Literal for c in typing.get_args(a)]
+        if choices and value not in choices and not (value is None and type(None) in typing.get_args(hint)):
+            raise ValueError(f"option {field.name} must be one of {'|'.join(map(str, choices))}, not {value!r}")
+
+
+def pinned(value: Value) -> bool:
+    return bool(value.meta.get("pinned")) and value.quant is not None

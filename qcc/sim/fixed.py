@@ -1,0 +1,541 @@
+"""Bit-exact fixed-point execution: nnabla-c-runtime's arithmetic on integer arrays.
+
+A value annotated `FixedPoint(bits, frac)` is held as the integers it stores (int64 arrays);
+anything else is held as a float array. Kernels are registered per IR op with the
+`Interpreter(kernels=...)` signature `kernel(node, arrays) -> arrays`; positions come from the
+annotations of the node's inputs and outputs. The C backend (target `c`) generates exactly this
+arithmetic and the .nnb backend relies on nnabla-c-runtime doing it, so every rule below is part
+of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runtime's sources):
+
+- Parameters are quantized once, rounding half to even (nnabla's converter); graph inputs too.
+- Dedicated integer kernels (every operand FixedPoint, 8 or 16 bits): Conv (sum per input channel
+  in int64, truncated by 2**(fx+fw-fy) toward zero, added to the running output with saturation,
+  then the bias with the runtime's saturating add), Dense (one truncation of the int64 sum), Max/
+  Avg/GlobalAvg/GlobalMax pooling, Relu, Add/Sub/Mul (the coarser input position wins), Div,
+  views, Transpose, Concat and Quantize (requantization: truncation toward zero when the position
+  drops, saturation when it rises).
+- Everything else is "generic": inputs dequantized to float32, computed in float32, stored by
+  truncation toward zero and saturation (NaN stores 0). Softmax, Sigmoid, Tanh, LeakyRelu, Clip
+  and BatchNorm spell out their float32 operation order (the runtime's); exp and tanh are the
+  float32 rounding of the double-precision function. Other ops use the reference float kernel.
+- Where nnabla-c-runtime has quirks only reachable outside its safe shift range (wrapping
+  divisors, int8 upscale overflow, in-place rescaling of an input with a finer position) this
+  module computes the clean result; the nnb backend must keep models inside that range. The
+  saturating add's quirk (MIN + MIN = 0) and average pooling's wrap on upscale are reproduced.
+
+`run_fixed(model, feeds)` runs a model and returns float outputs (exactly dequantized);
+`qcc.sim.run_model(model, feeds, quantized=True)` calls it when every activation (graph input
+and node output) is FixedPoint, see `is_fixed_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from qcc.errors import InvalidInputError, UnsupportedError
+from qcc.ir.core import Model, Node, Value
+from qcc.ir.ops._common import attr_list, windows
+from qcc.ir.ops.nn import pool_windows
+from qcc.ir.registry import get_schema
+from qcc.ir.types import FixedPoint
+from qcc.quant.numerics import fixed_bounds
+
+NodeKernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
+Observer = Callable[[Value, np.ndarray], None]
+F32 = np.float32
+MAX_SHIFT = 40
+"""Larger shifts between positions are rejected (no target computes them meaningfully)."""
+
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+
+
+# ---------------------------------------------------------------- integer arithmetic
+
+
+def fixed_of(value: Value | None) -> FixedPoint | None:
+    quant = value.quant if value is not None else None
+    return quant if isinstance(quant, FixedPoint) else None
+
+
+def saturate(a: np.ndarray, bits: int) -> np.ndarray:
+    lo, hi = fixed_bounds(bits)
+    return np.clip(a, lo, hi)
+
+
+def wrap(a: np.ndarray, bits: int) -> np.ndarray:
+    """Two's-complement wrap-around (a C conversion to a narrower integer)."""
+    half = 1 << (bits - 1)
+    return ((np.asarray(a, dtype=np.int64) + half) & ((1 << bits) - 1)) - half
+
+
+def tdiv(a: np.ndarray, d: np.ndarray | int) -> np.ndarray:
+    """C integer division: truncation toward zero (d > 0)."""
+    a = np.asarray(a, dtype=np.int64)
+    q = np.abs(a) // d
+    return np.where(a < 0, -q, q)
+
+
+def shift(a: np.ndarray, n: int) -> np.ndarray:
+    """a * 2**-n: truncating division for n > 0, exact multiplication for n < 0."""
+    if abs(n) > MAX_SHIFT:
+        raise UnsupportedError(f"fixed-point rescale by 2**{-n} is out of range")
+    a = np.asarray(a, dtype=np.int64)
+    if n > 0:
+        return tdiv(a, 1 << n)
+    return a << -n if n < 0 else a
+
+
+def requantize(q: np.ndarray, frac_in: int, frac_out: int, bits: int) -> np.ndarray:
+    """Store an integer from one position in another: truncate when the position drops."""
+    return saturate(shift(q, frac_in - frac_out), bits)
+
+
+def sat_add(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """nnabla-c-runtime's saturating add (sum_sat16/8): MIN + MIN wraps to 0 and stays 0."""
+    lo, hi = fixed_bounds(bits)
+    r = wrap(a + b, bits)
+    r = np.where((a > 0) & (b > 0) & (r < 0), hi, r)
+    return np.where((a < 0) & (b < 0) & (r > 0), lo, r)
+
+
+def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """nnabla-c-runtime's saturating subtract (sub_sat16/8): 0 - MIN gives MIN."""
+    lo, hi = fixed_bounds(bits)
+    r = wrap(a - b, bits)
+    r = np.where((r < 0) & (a > 0) & (b < 0), hi, r)
+    return np.where((r > 0) & (a < 0) & (b > 0), lo, r)
+
+
+def to_float(q: np.ndarray, frac: int) -> np.ndarray:
+    """The runtime's getter: q * 2**-frac in float32 (exact)."""
+    return np.ldexp(np.asarray(q, dtype=F32), -frac)
+
+
+def store(v: np.ndarray, fixed: FixedPoint) -> np.ndarray:
+    """The runtime's setter: v * 2**frac truncated toward zero, saturated; NaN stores 0."""
+    t = np.ldexp(np.asarray(v, dtype=F32), fixed.frac)
+    lo, hi = fixed_bounds(fixed.bits)
+    t = np.where(np.isnan(t), F32(0), t)
+    return np.clip(np.trunc(np.clip(t, lo, hi)), lo, hi).astype(np.int64)
+
+
+def quantize_round(x: np.ndarray, fixed: FixedPoint) -> np.ndarray:
+    """Round half to even and saturate (parameters and graph inputs); NaN gives 0."""
+    t = np.ldexp(np.asarray(x, dtype=F32), fixed.frac)
+    lo, hi = fixed_bounds(fixed.bits)
+    t = np.where(np.isnan(t), F32(0), t)
+    return np.rint(np.clip(t, lo, hi)).astype(np.int64)
+
+
+def exp_f32(v: np.ndarray) -> np.ndarray:
+    """exp as float32: the double-precision result rounded once (C: (float)exp((double)v))."""
+    return np.exp(np.asarray(v, dtype=np.float64)).astype(F32)
+
+
+def tanh_f32(v: np.ndarray) -> np.ndarray:
+    return np.tanh(np.asarray(v, dtype=np.float64)).astype(F32)
+
+
+# ---------------------------------------------------------------- parameters
+
+
+def quantize_param(value: Value) -> np.ndarray:
+    """A constant as stored: integers for FixedPoint, float32 otherwise."""
+    assert value.const is not None
+    fixed = fixed_of(value)
+    if fixed is not None:
+        return quantize_round(value.const, fixed)
+    if value.quant is not None:
+        from qcc.sim.fakequant import apply_annotation
+
+        return np.asarray(apply_annotation(value.const.astype(F32), value.quant))
+    return value.const
+
+
+def bias_ints(node: Node, bias: np.ndarray) -> np.ndarray:
+    """The bias a Conv/Dense adds, in the output's position and range.
+
+    A FixedPoint bias finer than the output is divided down (truncation, wrap to its own type:
+    what the runtime's first forward does in place); a coarser one is scaled up with
+    saturation; an unannotated bias is quantized at the output's position (the nnb rule).
+    """
+    y = fixed_of(node.outputs[0])
+    assert y is not None
+    b = fixed_of(node.inputs[2])
+    if b is None:
+        return quantize_round(bias, y)
+    if b.frac > y.frac:
+        return saturate(wrap(shift(bias, b.frac - y.frac), b.bits), y.bits)
+    return requantize(bias, b.frac, y.frac, y.bits)
+
+
+def dedicated_problem(node: Node) -> str | None:
+    """Why `node` does not run an integer kernel (None: it does). The C backend shares this."""
+    ins = [v for v in node.inputs if v is not None]
+    if node.op in INTEGER_OPS:
+        operands = [fixed_of(v) for v in ins[: INTEGER_OPS[node.op]]] + [fixed_of(v) for v in node.outputs]
+        if any(f is None for f in operands):
+            return "an operand is not fixed point"
+        if any(f.bits not in (8, 16) for f in operands if f is not None):
+            return "fixed point other than 8 or 16 bits"
+        if node.op in SAME_BITS_OPS and len({f.bits for f in operands if f is not None}) > 1:
+            return "operands of different bit widths"
+        return None
+    return "no integer kernel for this op"
+
+
+# ---------------------------------------------------------------- dedicated kernels
+
+
+def _types(node: Node) -> tuple[list[FixedPoint], FixedPoint]:
+    ins = [fixed_of(v) for v in node.inputs if v is not None]
+    y = fixed_of(node.outputs[0])
+    assert y is not None
+    return [f for f in ins if f is not None], y
+
+
+def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (fx, fw, *_), fy = _types(node)
+    x, w = args[0], args[1]
+    n = fx.frac + fw.frac - fy.frac
+    strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    group = node.attrs["group"]
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
+    batch, _, oh, ow = win.shape[:4]
+    og = o // group
+    wf = w.astype(np.float64).reshape(group, og, cg, kh * kw)
+    y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
+    for im in range(cg):  # per input channel, in increasing order, as the runtime
+        xs = win[:, im::cg].reshape(batch, group, oh * ow, kh * kw).astype(np.float64)
+        part = np.matmul(xs, wf[:, :, im].transpose(0, 2, 1))  # exact: |sum| < 2**53
+        y = saturate(y + shift(part.astype(np.int64), n), fy.bits)
+    y = y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)
+    if len(args) > 2 and args[2] is not None:
+        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
+    return [y]
+
+
+def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (fx, fw, *_), fy = _types(node)
+    total = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.int64)
+    y = saturate(shift(total, fx.frac + fw.frac - fy.frac), fy.bits)
+    if len(args) > 2 and args[2] is not None:
+        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1), fy.bits)
+    return [y]
+
+
+def _pool_shape(node: Node) -> tuple[int, int]:
+    shape = node.outputs[0].type.shape
+    return int(shape[2]), int(shape[3])
+
+
+def maxpool_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (fx,), fy = _types(node)
+    if node.op == "GlobalMaxPool":
+        m = args[0].max(axis=(2, 3), keepdims=True)
+    else:
+        win = pool_windows(args[0], node.attrs, -np.inf, _pool_shape(node))
+        m = np.nanmax(win, axis=(4, 5)).astype(np.int64)
+    return [requantize(m, fx.frac, fy.frac, fy.bits)]
+
+
+def average(total: np.ndarray, count: np.ndarray | int, fx: FixedPoint, fy: FixedPoint) -> np.ndarray:
+    """The runtime's fixed average: int8 sums wrap at 16 bits, an upscale wraps to the type."""
+    if fx.bits == 8:
+        total = wrap(total, 16)
+    mean = wrap(tdiv(total, count), fx.bits)
+    return wrap(requantize(mean, fx.frac, fy.frac, 2 * fy.bits), fy.bits)
+
+
+def avgpool_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (fx,), fy = _types(node)
+    x = args[0]
+    if node.op == "GlobalAvgPool":
+        return [average(x.sum(axis=(2, 3), keepdims=True), x.shape[2] * x.shape[3], fx, fy)]
+    out_hw = _pool_shape(node)
+    total = np.nansum(pool_windows(x, node.attrs, 0.0, out_hw), axis=(4, 5)).astype(np.int64)
+    ones = np.ones((1, 1) + x.shape[2:])
+    pad = 1.0 if node.attrs["count_include_pad"] else 0.0
+    count = np.nansum(pool_windows(ones, node.attrs, pad, out_hw), axis=(4, 5)).astype(np.int64)
+    return [average(total, count, fx, fy)]
+
+
+def relu_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (fx,), fy = _types(node)
+    return [requantize(np.maximum(args[0], 0), fx.frac, fy.frac, fy.bits)]
+
+
+def _align(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Add2/Sub2: the finer input is truncated to the coarser position."""
+    (f0, f1), _ = _types(node)
+    common = min(f0.frac, f1.frac)
+    return shift(args[0], f0.frac - common), shift(args[1], f1.frac - common), common
+
+
+def add_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    _, fy = _types(node)
+    a, b, common = _align(node, args)
+    r = sat_add(a, b, fy.bits) if node.op == "Add" else sat_sub(a, b, fy.bits)
+    return [requantize(r, common, fy.frac, fy.bits)]
+
+
+def mul_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (f0, f1), fy = _types(node)
+    return [saturate(shift(args[0] * args[1], f0.frac + f1.frac - fy.frac), fy.bits)]
+
+
+def div_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    (f0, f1), fy = _types(node)
+    if np.any(args[1] == 0):
+        raise InvalidInputError(f"node {node.name!r} (Div): integer division by zero")
+    num = shift(np.broadcast_to(args[0], np.broadcast_shapes(args[0].shape, args[1].shape)),
+                -(f1.frac + fy.frac - f0.frac))
+    return [saturate(tdiv(num * np.sign(args[1]), np.abs(args[1])), fy.bits)]
+
+
+def copy_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Views, Transpose, Quantize: the float kernel moves the integers, then requantize."""
+    (fx,), fy = _types(node)
+    moved = get_schema(node.op).kernel(node, [args[0]]) if node.op != "Quantize" else [args[0]]
+    return [requantize(np.asarray(moved[0], dtype=np.int64), fx.frac, fy.frac, fy.bits)]
+
+
+INTEGER_OPS: dict[str, int] = {
+    "Conv": 2, "Dense": 2, "MaxPool": 1, "AvgPool": 1, "GlobalAvgPool": 1, "GlobalMaxPool": 1,
+    "Relu": 1, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Transpose": 1, "Quantize": 1,
+    **{op: 1 for op in VIEW_OPS},
+}
+"""Ops with an integer kernel -> how many leading inputs must be fixed point (plus the output)."""
+
+SAME_BITS_OPS = frozenset({"MaxPool", "AvgPool", "GlobalAvgPool", "GlobalMaxPool", "Relu", "Add", "Sub",
+                           "Mul", "Div"})
+"""The runtime's dedicated kernel needs one type for all operands; otherwise it is generic."""
+
+_DEDICATED: dict[str, NodeKernel] = {
+    "Conv": conv_kernel, "Dense": dense_kernel, "MaxPool": maxpool_kernel, "GlobalMaxPool": maxpool_kernel,
+    "AvgPool": avgpool_kernel, "GlobalAvgPool": avgpool_kernel, "Relu": relu_kernel, "Add": add_kernel,
+    "Sub": add_kernel, "Mul": mul_kernel, "Div": div_kernel, "Transpose": copy_kernel,
+    "Quantize": copy_kernel, **{op: copy_kernel for op in VIEW_OPS},
+}
+
+
+# ---------------------------------------------------------------- generic (float32) kernels
+
+
+def getter(value: Value | None, array: np.ndarray) -> np.ndarray:
+    fixed = fixed_of(value)
+    return to_float(array, fixed.frac) if fixed is not None else np.asarray(array, dtype=F32)
+
+
+def setter(value: Value, array: np.ndarray) -> np.ndarray:
+    fixed = fixed_of(value)
+    return store(array, fixed) if fixed is not None else np.asarray(array, dtype=F32)
+
+
+def generic_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Dequantize, run the reference float kernel, store each output."""
+    floats = [getter(v, a) for v, a in zip(node.inputs, args)]
+    outs = get_schema(node.op).kernel(node, floats)
+    return [setter(v, np.asarray(o)) for v, o in zip(node.outputs, outs)]
+
+
+def _unary(fn: Callable[[Node, np.ndarray], np.ndarray]) -> NodeKernel:
+    def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+        return [setter(node.outputs[0], fn(node, getter(node.inputs[0], args[0])))]
+
+    kernel.__doc__ = fn.__doc__
+    return kernel
+
+
+@_unary
+def sigmoid_f32(node: Node, v: np.ndarray) -> np.ndarray:
+    """1.0f / (1.0f + expf(-v))."""
+    return F32(1) / (F32(1) + exp_f32(-v))
+
+
+@_unary
+def tanh_generic(node: Node, v: np.ndarray) -> np.ndarray:
+    """tanhf(v)."""
+    return tanh_f32(v)
+
+
+@_unary
+def leaky_f32(node: Node, v: np.ndarray) -> np.ndarray:
+    """v > 0.0f ? v : v * alpha."""
+    return np.where(v > 0, v, v * F32(node.attrs["alpha"]))
+
+
+@_unary
+def clip_f32(node: Node, v: np.ndarray) -> np.ndarray:
+    """v < lo ? lo : v, then v > hi ? hi : v (float32 bounds)."""
+    lo, hi = node.attrs["min"], node.attrs["max"]
+    if lo is not None:
+        v = np.where(v < F32(lo), F32(lo), v)
+    if hi is not None:
+        v = np.where(v > F32(hi), F32(hi), v)
+    return v
+
+
+def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """The runtime's generic Softmax, including its read-back of the stored exponentials."""
+    x = getter(node.inputs[0], args[0])
+    axis = node.attrs["axis"] % x.ndim
+    shape = x.shape
+    x3 = x.reshape(int(np.prod(shape[:axis])), shape[axis], -1)
+    out = node.outputs[0]
+    peak = x3[:, 0]
+    for k in range(shape[axis]):
+        peak = np.where(x3[:, k] > peak, x3[:, k], peak)
+    total = np.zeros_like(peak)
+    stored = []
+    for k in range(shape[axis]):
+        e = exp_f32(x3[:, k] - peak)
+        stored.append(setter(out, e))
+        total = total + e
+    y = [setter(out, getter(out, s) / total) for s in stored]
+    return [np.stack(y, axis=1).reshape(shape)]
+
+
+def batchnorm_params(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(mean, gamma, beta, sqrt(var + eps)) per channel as float32, read through the getters."""
+    scale, bias, mean, var = (getter(v, a) for v, a in zip(node.inputs[1:], args[1:]))
+    std = np.sqrt(var + F32(node.attrs["epsilon"]))
+    return mean, scale, bias, std
+
+
+def batchnorm_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """((x - mean) * gamma) / sqrt(var + eps) + beta in float32 (the runtime's order)."""
+    x = getter(node.inputs[0], args[0])
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean, gamma, beta, std = (p.reshape(shape) for p in batchnorm_params(node, args))
+    return [setter(node.outputs[0], (x - mean) * gamma / std + beta)]
+
+
+def concat_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    out = node.outputs[0]
+    fy = fixed_of(out)
+    parts = []
+    for value, array in zip(node.inputs, args):
+        fx = fixed_of(value)
+        if fy is not None and fx is not None:
+            parts.append(requantize(array, fx.frac, fy.frac, fy.bits))
+        else:
+            parts.append(setter(out, getter(value, array)))
+    return [np.concatenate(parts, axis=node.attrs["axis"])]
+
+
+PRECISE_GENERIC: dict[str, NodeKernel] = {
+    "Sigmoid": sigmoid_f32, "Tanh": tanh_generic, "LeakyRelu": leaky_f32, "Clip": clip_f32,
+    "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Concat": concat_kernel,
+}
+"""Generic kernels whose float32 operation order is specified (and generated by target c)."""
+
+
+def _dispatch(op: str) -> NodeKernel:
+    dedicated = _DEDICATED.get(op)
+    fallback = PRECISE_GENERIC.get(op, generic_kernel)
+    if dedicated is None:
+        return fallback
+
+    def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+        return dedicated(node, args) if dedicated_problem(node) is None else fallback(node, args)
+
+    kernel.__doc__ = dedicated.__doc__
+    return kernel
+
+
+FIXED_KERNELS: dict[str, NodeKernel] = {op: _dispatch(op) for op in {*_DEDICATED, *PRECISE_GENERIC}}
+"""Per-op kernels on stored arrays; ops not listed run `generic_kernel`."""
+
+
+# ---------------------------------------------------------------- running a model
+
+
+def is_fixed_model(model: Model) -> bool:
+    """Every activation (graph input and node output) is FixedPoint: run_model then runs run_fixed."""
+    graph = model.graph
+    acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    return bool(acts) and all(fixed_of(v) is not None for v in acts)
+
+
+class FixedRunner:
+    """Runs a model on stored arrays; parameters are quantized once at construction."""
+
+    def __init__(self, model: Model, kernels: dict[str, NodeKernel] | None = None,
+                 observer: Observer | None = None) -> None:
+        self.model = model
+        self.kernels = {**FIXED_KERNELS, **(kernels or {})}
+        self.observer = observer
+        self._consts = {id(v): quantize_param(v) for v in model.graph.constants}
+        self._last_use: dict[int, int] = {}
+        for step, node in enumerate(model.graph.nodes):
+            for value in node.inputs:
+                if value is not None:
+                    self._last_use[id(value)] = step
+
+    def run_stored(self, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Stored arrays (int64 for FixedPoint values) of the graph outputs (or of every value)."""
+        from qcc.sim.interpreter import check_feeds
+
+        graph = self.model.graph
+        env: dict[int, np.ndarray] = dict(self._consts)
+        by_name = {v.name: v for v in graph.inputs}
+        for name, array in check_feeds(self.model, feeds).items():
+            value = by_name[name]
+            fixed = fixed_of(value)
+            env[id(value)] = quantize_round(array, fixed) if fixed is not None else array
+            self._observe(value, env[id(value)])
+        keep = {id(v) for v in graph.outputs}
+        results: dict[str, np.ndarray] = {}
+        for step, node in enumerate(graph.nodes):
+            args = [env[id(v)] if v is not None else None for v in node.inputs]
+            while args and args[-1] is None:
+                args.pop()
+            kernel = self.kernels.get(node.op, generic_kernel)
+            try:
+                produced = kernel(node, args)  # type: ignore[arg-type]
+            except (ValueError, IndexError, TypeError, FloatingPointError) as exc:
+                raise InvalidInputError(f"node {node.name!r} ({node.op}) failed to execute: {exc}") from None
+            for value, array in zip(node.outputs, produced):
+                env[id(value)] = array
+                self._observe(value, array)
+                if keep_all:
+                    results[value.name] = array
+            for value in node.inputs:
+                if value is not None and self._last_use.get(id(value)) == step and id(value) not in keep \
+                        and id(value) not in self._consts and not keep_all:
+                    env.pop(id(value), None)
+        for value in graph.outputs:
+            results[value.name] = env[id(value)]
+        return results
+
+    def run(self, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Float32 results, dequantized exactly."""
+        graph = self.model.graph
+        values = {v.name: v for v in graph.values()}
+        return {name: dequantize_stored(values[name], array)
+                for name, array in self.run_stored(feeds, keep_all).items()}
+
+    def _observe(self, value: Value, array: np.ndarray) -> None:
+        if self.observer is not None:
+            self.observer(value, dequantize_stored(value, array))
+
+
+def dequantize_stored(value: Value, array: np.ndarray) -> np.ndarray:
+    fixed = fixed_of(value)
+    return to_float(array, fixed.frac) if fixed is not None else np.asarray(array)
+
+
+def run_fixed(model: Model, feeds: dict[str, np.ndarray], **kwargs: Any) -> dict[str, np.ndarray]:
+    """Run once with the integer kernels; float32 outputs by name (kwargs: kernels, observer)."""
+    return FixedRunner(model, **kwargs).run(feeds)
+
+
+def pool_counts(node: Node) -> tuple[list[int], list[int]]:
+    """Kernel and strides of a pooling node with defaults filled (shared with target c)."""
+    return list(node.attrs["kernel"]), attr_list(node.attrs, "strides", 2, 1)

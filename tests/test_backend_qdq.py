@@ -1,0 +1,220 @@
+"""Target onnx-qdq: valid ONNX that ONNX Runtime runs in integer kernels, matching qcc's simulation.
+
+Oracles: onnx.checker / shape inference, ONNX Runtime (its optimized graph tells which ops it
+fused into integer kernels), onnxruntime.quantization.quantize_static on the same calibration
+data, and qcc's own simulation of the annotated model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import qcc
+from qcc.driver import compile as qcc_compile
+from qcc.ir.core import Model
+from qcc.ir.types import Affine, FixedPoint, TensorType
+from qcc.sim.interpreter import Interpreter, run_batched
+from qcc.testing import make_model
+from tests import ort_quant
+from tests.cli_util import DIGITS
+
+pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+TEST = np.load(DIGITS / "test.npz")
+FEEDS = {"x": TEST["x"]}
+
+
+def compile_digits(out: Path, scheme: str, **options: Any) -> tuple[Model, dict[str, Any]]:
+    return qcc_compile(DIGITS / "digits_cnn.onnx", out, target="onnx-qdq", quantize=scheme,
+                       calib=str(DIGITS / "calib.npz"), **options)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Model, dict[str, Any], Path]]:
+    tmp = tmp_path_factory.mktemp("qdq")
+    out = {}
+    for scheme in ("uint8", "int8", "fixed8"):
+        path = tmp / f"digits_{scheme}.onnx"
+        model, report = compile_digits(path, scheme)
+        out[scheme] = (model, report, path)
+    return out
+
+
+def initializer(proto: Any, name: str) -> np.ndarray:
+    from onnx import numpy_helper
+
+    return next(numpy_helper.to_array(t) for t in proto.graph.initializer if t.name == name)
+
+
+def test_valid_onnx_keeping_names_shapes_and_metadata(compiled: dict[str, Any]) -> None:
+    _, report, path = compiled["uint8"]
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    source = onnx.load(str(DIGITS / "digits_cnn.onnx"))
+
+    def interface(p: Any) -> list[tuple[str, list[Any]]]:
+        return [(v.name, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim])
+                for v in list(p.graph.input) + list(p.graph.output)]
+
+    assert interface(proto) == interface(source)
+    props = {p.key: p.value for p in proto.metadata_props}
+    assert props["qcc.version"] == qcc.__version__
+    assert props["qcc.pipeline"] == ",".join(report["pipeline"]) == "fold-bn,calibrate,quantize-affine"
+    assert proto.opset_import[0].version >= 13
+    assert report["target"] == "onnx-qdq" and report["float_fallbacks"] == []
+
+
+@pytest.mark.parametrize("scheme", ["uint8", "int8"])
+def test_ort_runs_every_op_in_integer_kernels(compiled: dict[str, Any], scheme: str) -> None:
+    ops = ort_quant.fused_ops(compiled[scheme][2])
+    assert ort_quant.float_compute(ops) == 0, ops
+    assert ops["QLinearConv"] == 6 and ops["QGemm"] == 1 and ops["QLinearAdd"] == 1 and ops["QLinearConcat"] == 1
+    assert ops["Relu"] == 0  # folded into the quantization of the producing Conv/Add
+
+
+@pytest.mark.parametrize("scheme", ["uint8", "int8", "fixed8"])
+def test_ort_outputs_match_qcc_simulation(compiled: dict[str, Any], scheme: str) -> None:
+    model, _, path = compiled[scheme]
+    fused = ort_quant.run(path, FEEDS)
+    sim = run_batched(model, FEEDS, quantized=True)["logits"]
+    assert np.mean(fused.argmax(1) == sim.argmax(1)) >= 0.995
+    # value-by-value fake quantization is what QDQ means (for an all-fixed-point model run_model
+    # runs nnb's integer kernels instead); ORT without fusion evaluates exactly that in float
+    fake = Interpreter(model, quantized=True).run(FEEDS)["logits"]
+    plain = ort_quant.run(path, FEEDS, optimize=False)
+    quant = model.graph.outputs[0].quant
+    step = quant.step if isinstance(quant, FixedPoint) else quant.scale[0]
+    assert np.abs(plain - fake).max() <= step * 1.001
+    assert np.mean(np.abs(plain - fake) > 1e-6) < 0.01
+    assert np.mean(np.abs(fused - fake) > 1e-6) < 0.05  # integer kernels: requantization rounding only
+
+
+def test_accuracy_not_below_quantize_static(compiled: dict[str, Any], tmp_path: Path) -> None:
+    calib = dict(np.load(DIGITS / "calib.npz"))
+    best = 0.0
+    for method in ort_quant.ORT_METHODS:
+        for per_channel in (True, False):
+            out = tmp_path / f"ort_{method}_{per_channel}.onnx"
+            ort_quant.quantize_static(DIGITS / "digits_cnn.onnx", out, calib, method, per_channel)
+            best = max(best, ort_quant.top1(ort_quant.run(out, FEEDS), TEST["labels"]))
+    ours = ort_quant.top1(ort_quant.run(compiled["uint8"][2], FEEDS), TEST["labels"])
+    assert best > 0.9 and ours >= best
+
+
+def test_int8_storage_is_value_preserving(compiled: dict[str, Any]) -> None:
+    from qcc.backends.onnx_qdq import to_qdq
+
+    model, _, path = compiled["int8"]
+    assert model.graph.outputs[0].quant.dtype == "int8"
+    ort_file = onnx.load(str(path))
+    annotated, _ = to_qdq(model, storage="annotated")
+    dtypes = {initializer(p, n.input[2]).dtype for p in (ort_file,) for n in p.graph.node if n.op_type == "QuantizeLinear"}
+    assert dtypes == {np.dtype(np.uint8)}
+    zps = [initializer(annotated, n.input[2]) for n in annotated.graph.node if n.op_type == "QuantizeLinear"]
+    assert {z.dtype for z in zps} == {np.dtype(np.int8)}
+    a = ort_quant.run(annotated.SerializeToString(), FEEDS, optimize=False)
+    b = ort_quant.run(path, FEEDS, optimize=False)
+    assert np.array_equal(a, b)
+
+
+def test_fixed_point_gives_power_of_two_scales(compiled: dict[str, Any]) -> None:
+    from qcc.backends.onnx_qdq import to_qdq
+
+    proto, _ = to_qdq(compiled["fixed8"][0], storage="annotated")
+    dq = [n for n in proto.graph.node if n.op_type == "DequantizeLinear"]
+    assert dq
+    for node in dq:
+        scale = initializer(proto, node.input[1]).astype(np.float64)
+        assert np.all(np.log2(scale) == np.round(np.log2(scale))), node.name
+        zp = initializer(proto, node.input[2])
+        assert not zp.any() and zp.dtype in (np.int8, np.int32), node.name
+
+
+def test_int16_activations_need_opset_21(tmp_path: Path) -> None:
+    out = tmp_path / "digits16.onnx"
+    model, _ = compile_digits(out, "uint8", overrides=("bn5=INT16", "relu5=INT16"))
+    quant = model.graph.value_map()["relu5"].quant
+    assert isinstance(quant, Affine) and quant.dtype == "int16"
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.opset_import[0].version == 21
+    sim = run_batched(model, FEEDS, quantized=True)["logits"]
+    assert np.mean(ort_quant.run(out, FEEDS).argmax(1) == sim.argmax(1)) >= 0.995
+
+
+def test_unannotated_tensors_are_reported(compiled: dict[str, Any], tmp_path: Path) -> None:
+    from qcc.backends.onnx_qdq import BACKEND
+
+    model = compiled["uint8"][0]
+    values = model.graph.value_map()
+    saved = {n: values[n].quant for n in ("avgpool1", "flatten1")}
+    try:
+        for name in saved:
+            values[name].quant = None
+        fallbacks = BACKEND.write(model, tmp_path / "partial.onnx")
+    finally:
+        for name, quant in saved.items():
+            values[name].quant = quant
+    assert {f["tensor"] for f in fallbacks} == {"avgpool1", "flatten1"}
+    assert "fc" in next(f["reason"] for f in fallbacks if f["tensor"] == "flatten1")
+    ops = ort_quant.fused_ops(tmp_path / "partial.onnx")
+    assert ops["AveragePool"] == 1 and ops["Gemm"] == 1  # what the report lines announce
+
+
+def _conv_relu(relu_zp: int) -> Model:
+    rng = np.random.default_rng(0)
+
+    def build(g: Any, x: Any) -> Any:
+        w = g.add_constant("w", rng.standard_normal((4, 2, 3, 3)).astype(np.float32))
+        b = g.add_constant("b", rng.standard_normal(4).astype(np.float32))
+        y = g.add("Conv", x, w, b, name="conv", pads=[1, 1, 1, 1])
+        return g.add("Relu", y, name="relu")
+
+    model = make_model({"x": TensorType("float32", ("N", 2, 5, 5))}, build)
+    values = model.graph.value_map()
+    values["x"].quant = Affine((0.05,), (0,), "int8")
+    values["w"].quant = Affine((0.02,) * 4, (0,) * 4, "int8", 0)
+    values["relu"].quant = Affine((0.1,), (relu_zp,), "int8")
+    return model
+
+
+@pytest.mark.parametrize("relu_zp, folded", [(-128, True), (0, False)])
+def test_relu_folds_only_when_quantization_clamps_at_zero(relu_zp: int, folded: bool) -> None:
+    from qcc.backends.onnx_qdq import to_qdq
+
+    model = _conv_relu(relu_zp)
+    proto, fallbacks = to_qdq(model, storage="annotated")
+    onnx.checker.check_model(proto, full_check=True)
+    assert ("Relu" in {n.op_type for n in proto.graph.node}) != folded
+    assert [f["tensor"] for f in fallbacks] == ([] if folded else ["conv"])
+    bias = next(n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "b")
+    assert initializer(proto, bias.input[0]).dtype == np.int32
+    assert np.allclose(initializer(proto, bias.input[1]), np.float32(0.05) * np.float32(0.02))
+    x = np.random.default_rng(1).standard_normal((8, 2, 5, 5)).astype(np.float32)
+    sim = run_batched(model, {"x": x}, quantized=True)["relu"]
+    got = ort_quant.run(proto.SerializeToString(), {"x": x}, optimize=False)
+    assert np.abs(got - sim).max() <= 0.1 * 1.001
+
+
+def test_light_resnet50_runs_in_ort(tmp_path: Path) -> None:
+    from tests.onnx_zoo import randomized_bytes
+
+    src = tmp_path / "resnet50.onnx"
+    src.write_bytes(randomized_bytes("resnet50"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((2, 3, 224, 224)).astype(np.float32))
+    out = tmp_path / "resnet50_qdq.onnx"
+    qcc_compile(src, out, target="onnx-qdq", quantize="uint8", calib=str(tmp_path / "calib.npz"))
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto, full_check=True)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    (y,) = ort_quant.session(out).run(None, {proto.graph.input[0].name: x})
+    assert y.shape == (1, 1000) and np.isfinite(y).all()
+    ops = ort_quant.fused_ops(out)
+    assert ops["QLinearConv"] == 53 and ort_quant.float_compute(ops) == 0, ops

@@ -138,9 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if not args.debug:
+        import logging
         import warnings
 
         warnings.simplefilter("ignore")
+        # frameworks configure the root logger on import (nnabla logs INFO lines); keep stderr to
+        # qcc's own one-line messages unless --debug
+        logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     if args.limit:
         from qcc.limits import configure
 

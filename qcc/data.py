@@ -7,8 +7,8 @@ the key `labels` is reserved for top-1 accuracy.
 from __future__ import annotations
 
 import os
-import zipfile
 import tokenize
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from qcc import limits
 from qcc.errors import InvalidInputError
 from qcc.ir.core import Model
 from qcc.ir.types import DTYPES
-
 
 
 def load_npz(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, np.ndarray]:

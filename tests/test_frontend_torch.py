@@ -13,16 +13,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-nn = torch.nn
-F = torch.nn.functional
+torch: Any = pytest.importorskip("torch")
+nn: Any = torch.nn
+F: Any = torch.nn.functional
 
 from qcc.backends.onnx_export import to_onnx  # noqa: E402
+
 from qcc.errors import UnsupportedError  # noqa: E402
 from qcc.frontends.torch import decomposition_table, load_exported, load_module  # noqa: E402
 from qcc.ir.core import Model  # noqa: E402
 from qcc.sim import run_model  # noqa: E402
-
 from tests.cli_util import DIGITS, ROOT, one_error_line  # noqa: E402
 
 QCC = Path(sys.executable).with_name("qcc")
@@ -136,7 +136,7 @@ def test_seed_basic_module_needs_no_preparation() -> None:
     relus = [n for n in model.graph.nodes if n.op == "Relu"]
     assert [n.name for n in relus] == ["relu", "relu_1"]
     assert relus[0].outputs[0] is not relus[1].outputs[0]
-    assert relus[1].inputs[0].producer().op == "Add"  # the += happened between the two calls
+    assert relus[1].input(0).producer().op == "Add"  # type: ignore[union-attr]  (+= ran between the calls)
     assert [v.name for v in model.graph.inputs] == ["x"] and [v.name for v in model.graph.outputs] == ["output"]
     assert {c.name for c in model.graph.constants} >= {"conv1.weight", "bn1.running_var", "bn2.bias"}
     assert all(c.const is not None and c.const.dtype == np.float32 for c in model.graph.constants)

@@ -100,67 +100,53 @@ def _batch_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
 
 
 # ----------------------------------------------------------------------------- dense layers
-def dense(ctx: TorchCtx, x: Value, weight_km: Any, bias: Any, weight_name: str | None = None) -> Value:
-    """x @ w + b with a (K, M) weight: Dense when w is a constant (reshaping rank > 2), else MatMul."""
-    if isinstance(weight_km, Value):
-        y = ctx.emit("MatMul", x, weight_km, main=True)
-        return ctx.emit("Add", y, ctx.value(bias, "bias"), part="bias") if bias is not None else y
-    w = np.ascontiguousarray(weight_km)
-    wv = ctx.constant(w, weight_name or f"{ctx.site.name}.weight")
-    bv: Value | None = None
-    if bias is not None:
-        if isinstance(bias, Value):
-            y = dense(ctx, x, w, None, weight_name)
-            return ctx.emit("Add", y, bias, part="bias")
-        b = np.asarray(bias, np.float32)
-        if b.size not in (1, w.shape[1]) or b.ndim > 1:
-            raise ctx.fail(f"bias of shape {b.shape} is not per output")
-        bv = ctx.constant(np.broadcast_to(b.reshape(-1), (w.shape[1],)), f"{ctx.site.name}.bias")
+def dense(ctx: TorchCtx, x: Value, w: Value, bias: Value | None) -> Value:
+    """x @ w + b with a (K, M) weight: Dense when w is a constant (reshaping rank != 2), else MatMul."""
+    if not w.is_const or w.type.rank != 2:
+        y = ctx.emit("MatMul", x, w, main=True)
+        return ctx.emit("Add", y, bias, part="bias") if bias is not None else y
+    k, m = (int(d) for d in w.type.shape)
+    if bias is not None and (not bias.is_const or tuple(bias.type.shape) != (m,)):
+        return ctx.emit("Add", dense(ctx, x, w, None), bias, part="bias")
     shape = ctx.shape(x)
     if len(shape) == 2:
-        return ctx.emit("Dense", x, wv, bv, main=True)
-    flat = ctx.emit("Reshape", x, shape=[-1, int(w.shape[0])])
-    y = ctx.emit("Dense", flat, wv, bv, main=True)
+        return ctx.emit("Dense", x, w, bias, main=True)
+    flat = ctx.emit("Reshape", x, shape=[-1, k])
+    y = ctx.emit("Dense", flat, w, bias, main=True)
     lead = [d if isinstance(d, int) else -1 for d in shape[:-1]]
     if lead.count(-1) > 1:
         raise ctx.fail(f"linear on an input with several symbolic dims {shape}")
-    return ctx.emit("Reshape", y, shape=[*lead, int(w.shape[1])])
+    return ctx.emit("Reshape", y, shape=[*lead, m])
 
 
-def _weight_name(ctx: TorchCtx, arg: Any, transposed: bool) -> str | None:
-    name = ctx.const_name(arg)
-    return f"{name}_t" if name and transposed else name
+def _scaled(ctx: TorchCtx, arg: Any, factor: float, part: str) -> Value:
+    if factor == 1.0:
+        return ctx.value(arg, part)
+    if isinstance(arg, Value):
+        return ctx.emit("Mul", arg, ctx.value(factor, part), part=part)
+    return ctx.constant(ctx.array(arg) * np.float32(factor), f"{ctx.const_name(arg) or ctx.site.name}_{part}")
 
 
 @converts("aten.linear.default")
 def _linear(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x, w, b = ctx.value(a["input"]), a["weight"], a.get("bias")
-    bias = b if b is None or isinstance(b, Value) else ctx.array(b)
-    if ctx.is_const(w):
-        return dense(ctx, x, ctx.array(w).T, bias, _weight_name(ctx, w, True))
-    wt = ctx.emit("Transpose", ctx.value(w), perm=[1, 0])
-    return dense(ctx, x, wt, bias)
+    bias = ctx.value(b, "bias") if b is not None else None
+    weight = ctx.weight_t(w) if ctx.is_const(w) else ctx.emit("Transpose", ctx.value(w), perm=[1, 0])
+    return dense(ctx, x, weight, bias)
 
 
 @converts("aten.addmm.default")
 def _addmm(ctx: TorchCtx, a: dict[str, Any]) -> Value:
-    x, w, b = ctx.value(a["mat1"]), a["mat2"], a["self"]
+    x = ctx.value(a["mat1"])
     alpha, beta = float(a.get("alpha", 1)), float(a.get("beta", 1))
-    bias = b if isinstance(b, Value) else ctx.array(b) * np.float32(beta)
-    if isinstance(b, Value) and beta != 1.0:
-        bias = ctx.emit("Mul", b, ctx.value(beta, "beta"), part="beta")
-    if ctx.is_const(w):
-        return dense(ctx, x, ctx.array(w) * np.float32(alpha), bias, _weight_name(ctx, w, False))
-    if alpha != 1.0:
-        x = ctx.emit("Mul", x, ctx.value(alpha, "alpha"), part="alpha")
-    return dense(ctx, x, ctx.value(w), bias)
+    return dense(ctx, x, _scaled(ctx, a["mat2"], alpha, "alpha"), _scaled(ctx, a["self"], beta, "beta"))
 
 
 @converts("aten.mm.default", "aten.matmul.default", "aten.bmm.default")
 def _matmul(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x, w = ctx.value(a["self"]), a.get("mat2", a.get("other"))
     if ctx.is_const(w) and ctx.array(w).ndim == 2 and x.type.rank >= 2:
-        return dense(ctx, x, ctx.array(w), None, _weight_name(ctx, w, False))
+        return dense(ctx, x, ctx.value(w, "weight"), None)
     wv = ctx.value(w)
     if x.type.rank < 2 or wv.type.rank < 2:
         raise ctx.fail("matmul with a 1-D operand")

@@ -225,7 +225,7 @@ class TorchCtx:
         self.taken: set[str] = {s.name for s in sites.values()}
         self.counters: dict[str, int] = {}
         self.const_names: dict[int, str] = {}
-        self._const_values: dict[int, tuple[Any, Value]] = {}
+        self._const_values: dict[Any, tuple[Any, Value]] = {}
         self.site = Site("", False)
         self.op = ""
         self._created: list[Node] = []
@@ -268,6 +268,14 @@ class TorchCtx:
         if isinstance(arg, (int, float, bool, np.ndarray, np.generic)):
             return self.constant(np.asarray(arg, dtype=np.float32), f"{self.site.name or 'const'}.{part}")
         raise self.fail(f"operand of type {type(arg).__name__} is not a tensor")
+
+    def weight_t(self, arg: Any) -> Value:
+        """A constant 2-D weight transposed (torch (M, K) -> Dense (K, M)), once per tensor."""
+        key = ("T", id(arg))
+        if key not in self._const_values:
+            name = f"{self.const_names.get(id(arg)) or self.site.name + '.weight'}_t"
+            self._const_values[key] = (arg, self.constant(np.ascontiguousarray(self.array(arg).T), name))
+        return self._const_values[key][1]
 
     def constant(self, data: np.ndarray, name: str) -> Value:
         data = np.ascontiguousarray(data.astype(np.float32, copy=False))

@@ -20,9 +20,12 @@ from qcc.ir.core import Graph, Model
 from qcc.ir.verify import register_model_check
 from qcc.plan.arena import ArenaPlan, plan_arena
 from qcc.plan.bounds import lb_offsets, lb_shared, naive_size
+from qcc.plan.improve import improve_arena
 from qcc.plan.intervals import Buffer
 from qcc.plan.liveness import Storage, StorageOptions, compute_storage
+from qcc.plan.nnabla_policy import nnabla_shared_plan
 from qcc.plan.shared import SharedPlan, plan_shared
+from qcc.plan.shared_search import search_shared
 from qcc.plan.verify import verify_arena, verify_shared
 
 PLAN_KEY = "memory_plan"
@@ -32,7 +35,11 @@ KINDS: tuple[str, ...] = ("arena", "shared", "both")
 
 @attrs.frozen
 class PlanOptions:
-    """How to plan: which kind(s), the arena alignment, what storage sharing the target allows."""
+    """How to plan: which kind(s), the arena alignment, what storage sharing the target allows.
+
+    `time_budget` (seconds) bounds each exact search (arena branch and bound, arena hill climb,
+    shared-object search); the greedy heuristics always run to completion.
+    """
 
     kind: PlanKind = "both"
     alignment: int = 16
@@ -56,7 +63,11 @@ class PlanOptions:
 
 @attrs.frozen(eq=False)
 class MemoryPlan:
-    """Plans for one graph state. Bytes throughout; `lb_off`/`lb_so` are the unaligned bounds."""
+    """Plans for one graph state. Bytes throughout; `lb_off`/`lb_so` are the unaligned bounds.
+
+    `shared_optimal` is True when the shared-object search proved no plan is cheaper (the
+    arena's own flag is `arena.optimal`).
+    """
 
     options: PlanOptions
     buffers: tuple[Buffer, ...]
@@ -66,6 +77,7 @@ class MemoryPlan:
     lb_so: int
     arena: ArenaPlan | None
     shared: SharedPlan | None
+    shared_optimal: bool
     fingerprint: str
     seconds: float
 
@@ -101,11 +113,15 @@ def plan_storage(storage: Storage, options: PlanOptions, fingerprint: str = "") 
     """Plan the buffers of `storage` (already sized and grouped) as `options.kind` asks."""
     start = time.perf_counter()
     buffers = storage.buffers
+    budget = options.time_budget
     arena = shared = None
+    shared_optimal = False
     if options.kind in ("arena", "both"):
-        arena = plan_arena(buffers, alignment=options.alignment, time_budget=options.time_budget)
+        arena = plan_arena(buffers, alignment=options.alignment, time_budget=budget)
+        arena = improve_arena(buffers, arena, time_budget=budget)
     if options.kind in ("shared", "both"):
-        shared = plan_shared(buffers)
+        shared = min((plan_shared(buffers), nnabla_shared_plan(buffers)), key=lambda p: p.total)
+        shared, shared_optimal = search_shared(buffers, shared, time_budget=budget)
     return MemoryPlan(
         options=options,
         buffers=buffers,
@@ -115,6 +131,7 @@ def plan_storage(storage: Storage, options: PlanOptions, fingerprint: str = "") 
         lb_so=lb_shared(buffers),
         arena=arena,
         shared=shared,
+        shared_optimal=shared_optimal,
         fingerprint=fingerprint,
         seconds=time.perf_counter() - start,
     )

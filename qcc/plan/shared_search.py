@@ -62,6 +62,8 @@ def search_shared(
             cost, caps = heapq.heappop(heap)
             if cost >= plan.total:
                 break
+            if time.monotonic() > deadline:
+                raise _OutOfTime
             ids = fit_objects(arr, caps, deadline)
             if ids is not None:
                 method = "sweep-search" if cost == plan.lower_bound else "sweep-search+sizes"

@@ -17,6 +17,8 @@ BUILTINS = Plugin(
         "assign-fixed-point": "qcc.passes.assign_fixed_point:AssignFixedPoint",
         "binarize-weights": "qcc.passes.binarize_weights:BinarizeWeights",
         "sensitivity": "qcc.passes.sensitivity:Sensitivity",
+        "plan-memory": "qcc.passes.plan_memory:PlanMemory",
+        "reorder": "qcc.passes.reorder:Reorder",
     },
     frontends={
         "onnx": "qcc.frontends.onnx:FRONTEND",

@@ -47,7 +47,17 @@ def assemble_report(model: Model, ctx: Any, opts: Any, out: str, backend: Any) -
     }
     for key, value in ctx.report.items():
         report.setdefault(key, value)
+    memory = memory_report(model)
+    if memory is not None:
+        report["memory"] = memory
     return report
+
+
+def memory_report(model: Model) -> dict[str, Any] | None:
+    """The `memory` section (as `qcc inspect --memory --json`) when plan-memory stored a plan."""
+    from qcc.plan.summary import stored_memory_section
+
+    return stored_memory_section(model)
 
 
 def float_fallbacks(model: Model) -> list[dict[str, Any]]:

@@ -160,9 +160,12 @@ class Lowering:
     def operand(self, value: Value, node: Node) -> Arg:
         return self.const(value, node) if value.const is not None else Ptr(value)
 
-    def struct(self, ctype: str, base: str, fields: Sequence[int]) -> str:
+    def struct(self, ctype: str, base: str, fields: Sequence[int | Sequence[int]]) -> str:
+        """A static const parameter struct; a list field is an array member."""
         name = self.unique(base)
-        self.defs.append(f"static const {ctype} {name} = {{{', '.join(str(int(f)) for f in fields)}}};\n")
+        text = ", ".join(str(int(f)) if isinstance(f, (int, np.integer)) else "{" + ", ".join(map(str, f)) + "}"
+                         for f in fields)
+        self.defs.append(f"static const {ctype} {name} = {{{text}}};\n")
         return f"&{name}"
 
     def unsupported(self, node: Node, why: str = "") -> UnsupportedError:
@@ -375,7 +378,7 @@ def _bcast(lw: Lowering, node: Node, sa: tuple[int, ...], sb: tuple[int, ...], o
         return st
 
     pad = [0] * (MAX_RANK - rank)
-    fields = [rank, *out, *pad, *strides(sa), *pad, *strides(sb), *pad]
+    fields = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
     return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
 
 
@@ -419,7 +422,7 @@ def _transpose(lw: Lowering, node: Node) -> Step:
         raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
     in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
     pad = [0] * (MAX_RANK - len(xs))
-    fields = [len(xs), *static_shape(y), *pad, *(in_strides[p] for p in perm), *pad]
+    fields = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
     params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
     args: list[Arg] = [lw.operand(x, node), Ptr(y), params]
     if lw.mode == "fixed":

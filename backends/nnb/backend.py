@@ -21,7 +21,7 @@ from .assemble import assemble
 from .format import NnbFile, write_nnb
 from .functions import FunctionTable, default_table
 from .legalize import legalize
-from .plan import BufferPlan, nnabla_plan, plan_buffers
+from .plan import BufferPlan, external_assignment, nnabla_plan, plan_buffers
 from .program import Program
 
 PLANS = ("qcc", "nnabla")
@@ -35,6 +35,7 @@ class NnbResult:
     data: bytes
     program: Program | None  # None for --plan nnabla
     plan: str
+    plan_method: str  # the planner that placed the buffers
     buffer_bytes: int  # what the runtime mallocs for activations
     nnabla_buffer_bytes: int  # nnabla's reuse policy on the same functions and types
     parameter_bytes: int
@@ -44,7 +45,7 @@ class NnbResult:
         return {
             "version": self.nnb.version, "api_level": self.nnb.api_level, "plan": self.plan,
             "file_bytes": len(self.data), "parameter_bytes": self.parameter_bytes,
-            "buffer_bytes": self.buffer_bytes, "buffers": len(self.nnb.buffers),
+            "buffer_bytes": self.buffer_bytes, "buffers": len(self.nnb.buffers), "plan_method": self.plan_method,
             "nnabla_policy_buffer_bytes": self.nnabla_buffer_bytes,
             "functions": len(self.nnb.functions), "variables": len(self.nnb.variables),
             "notes": list(self.notes),
@@ -66,16 +67,16 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
         nnb = nnabla_compatible(model, nnb_version, level, settings, batch, table)
         data = write_nnb(nnb, table)
         own = _buffer_bytes(nnb)
-        return NnbResult(nnb, data, None, plan, own, own, _param_bytes(nnb))
+        return NnbResult(nnb, data, None, plan, "nnabla", own, own, _param_bytes(nnb))
     if settings is not None:
         _apply_settings(model, settings)
     program, notes = legalize(model, batch)
-    buffers = plan_buffers(program, nnb_version, model.products.get("memory_plan"))
+    buffers = plan_buffers(program, nnb_version, external_assignment(model))
     reference: BufferPlan = nnabla_plan(program, nnb_version)
     nnb = assemble(program, buffers, nnb_version, level, table)
     data = write_nnb(nnb, table)
-    return NnbResult(nnb, data, program, plan, buffers.total_bytes, reference.total_bytes, _param_bytes(nnb),
-                     tuple(notes))
+    return NnbResult(nnb, data, program, plan, buffers.method, buffers.total_bytes, reference.total_bytes,
+                     _param_bytes(nnb), tuple(notes))
 
 
 def _apply_settings(model: Model, path: str) -> None:

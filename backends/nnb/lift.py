@@ -191,6 +191,13 @@ def _conv(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     lf.node(fn, "Conv", list(ins), _conv_attrs(args, int(args["group"])), out=0)
 
 
+@lifts("BinaryConnectConvolution")
+def _binary_connect(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    """Input 1 (the float weight) is never read; input 2 holds the signs."""
+    ins = [lf.value(i) for i in (fn.inputs[0], *fn.inputs[2:])]
+    lf.node(fn, "Conv", ins, _conv_attrs(args, int(args["group"])), out=0)
+
+
 @lifts("DepthwiseConvolution")
 def _depthwise(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     x = lf.value(fn.inputs[0])

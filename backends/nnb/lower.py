@@ -345,6 +345,9 @@ def _conv(lw: Lowerer, node: Node) -> None:
         return lw.param(w, storage=storage)
 
     xv = lw.var(x, node)
+    args: dict[str, ArgValue] = {"base_axis": 1, "pad": pad, "stride": tuple(strides), "dilation": tuple(dil)}
+    if _binary_conv(lw, node, xv, w, b, args):
+        return
     fixed = _one_type(lw, node, xv, w, b, weight)
     if fixed is not None:
         ins, storage = fixed
@@ -356,12 +359,27 @@ def _conv(lw: Lowerer, node: Node) -> None:
             lw.program.notes.append(f"node {node.name!r}: convolution computed in float "
                                     "(its operands are not all fixed point)")
     written, final = lw.output(node, storage)
-    args: dict[str, ArgValue] = {"base_axis": 1, "pad": pad, "stride": tuple(strides), "dilation": tuple(dil)}
     if depthwise:
         lw.emit(node, "DepthwiseConvolution", ins, [written], **args, multiplier=cout // cin)
     else:
         lw.emit(node, "Convolution", ins, [written], **args, group=group, channel_last=False)
     lw.finish(node, written, final)
+
+
+def _binary_conv(lw: Lowerer, node: Node, xv: NVar, w: Value, b: Value | None, args: dict[str, ArgValue]) -> bool:
+    """A float convolution with SIGN weights: the runtime's BinaryConnectConvolution reads the
+    signs through its getter (no float copy of the weights). Its unused float-weight input is
+    the sign variable again; nnabla's converter stores a one-element stub there."""
+    y = node.outputs[0]
+    if storage_of(w).dtype != DataType.SIGN or xv.storage != FLOAT or storage_of(y) != FLOAT:
+        return False
+    if b is not None and storage_of(b) != FLOAT:
+        return False
+    signs = lw.param(w)
+    ins = [xv, signs, signs, *([lw.param(b)] if b is not None else [])]
+    lw.emit(node, "BinaryConnectConvolution", ins, [lw.define(y)], **args, group=node.attrs["group"],
+            quantize_zero_to=1.0)
+    return True
 
 
 @lowering("ConvTranspose")

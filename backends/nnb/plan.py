@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from qcc.ir.core import Model
 from qcc.plan import Buffer, SharedPlan, nnabla_shared_plan, plan_shared
 
 from .program import NFunc, NVar, Program
@@ -129,17 +130,29 @@ def _shared_input(fn: NFunc, step: int, span: dict[int, list[int]], find: Any, i
     return None
 
 
-def plan_buffers(program: Program, version: int, external: Any = None) -> BufferPlan:
-    """qcc's plan: `external` (a plan-memory product) when it is valid here, else plan_shared."""
+def plan_buffers(program: Program, version: int, external: tuple[dict[str, int], str] | None = None) -> BufferPlan:
+    """qcc's plan: plan_shared on the sharing lifetimes, or `external` (a plan-memory assignment,
+    tensor name -> object) when it is valid for this program and no larger."""
     life = lifetimes(program, version, share=True)
-    if external is not None:
-        plan = _from_external(program, life, version, external)
-        if plan is not None:
-            return plan
     if not life.groups:
         return BufferPlan({}, (), version, "empty", 0)
-    shared = plan_shared(life.groups)
-    return _assemble(life, shared, version)
+    own = _assemble(life, plan_shared(life.groups), version)
+    if external is not None:
+        plan = _from_external(life, version, *external)
+        if plan is not None and plan.total_bytes <= own.total_bytes:
+            return attrs.evolve(plan, lower_bound=own.lower_bound)
+    return own
+
+
+def external_assignment(model: Model) -> tuple[dict[str, int], str] | None:
+    """The shared-object assignment of the model's current `plan-memory` product, by tensor."""
+    from qcc.plan.memory_plan import current_plan
+
+    plan = current_plan(model)
+    if plan is None or plan.shared is None:
+        return None
+    shared = plan.shared
+    return {t: shared.assignment[b] for t, b in plan.buffer_of.items()}, shared.method
 
 
 def nnabla_plan(program: Program, version: int) -> BufferPlan:
@@ -159,12 +172,9 @@ def _assemble(life: Lifetimes, shared: SharedPlan, version: int) -> BufferPlan:
                       int(shared.lower_bound))
 
 
-def _from_external(program: Program, life: Lifetimes, version: int, external: Any) -> BufferPlan | None:
-    """Use another pass's shared-object assignment (by IR value name) if every activation has a
-    buffer and no two groups sharing one are live at the same time; None otherwise."""
-    assignment = getattr(external, "assignment", None)
-    if not isinstance(assignment, dict):
-        return None
+def _from_external(life: Lifetimes, version: int, assignment: dict[str, int], method: str) -> BufferPlan | None:
+    """The assignment, if every activation has an object and no two groups sharing one are
+    live at the same time; None otherwise (e.g. conversions qcc added, or coarser lifetimes)."""
     group_buffer: dict[int, int] = {}
     for index, members in enumerate(life.members):
         ids = {assignment.get(v.source.name) if v.source is not None else None for v in members}
@@ -184,10 +194,4 @@ def _from_external(program: Program, life: Lifetimes, version: int, external: An
         sizes[renumber[buf]] = max(b.size for b in bufs)
     buffer_of = {id(v): renumber[group_buffer[index]] for index, members in enumerate(life.members)
                  for v in members}
-    lower = int(getattr(external, "lower_bound", 0) or 0)
-    return BufferPlan(buffer_of, tuple(sizes), version, f"memory_plan ({getattr(external, 'method', '?')})", lower)
-
-
-def plan_summary(plans: Sequence[tuple[str, BufferPlan]]) -> dict[str, Any]:
-    """Totals in bytes for reports: {name: {buffers, bytes, method}}."""
-    return {name: {"buffers": len(p.sizes), "bytes": p.total_bytes, "method": p.method} for name, p in plans}
+    return BufferPlan(buffer_of, tuple(sizes), version, f"plan-memory ({method})", 0)

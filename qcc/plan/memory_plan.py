@@ -81,6 +81,22 @@ class MemoryPlan:
     fingerprint: str
     seconds: float
 
+    @property
+    def assignment(self) -> dict[str, int]:
+        """Shared-object id of every activation by value name (what the .nnb backend reads)."""
+        if self.shared is None:
+            return {}
+        return {name: self.shared.assignment[buffer] for name, buffer in self.buffer_of.items()}
+
+    @property
+    def method(self) -> str:
+        return self.shared.method if self.shared is not None else ""
+
+    @property
+    def lower_bound(self) -> int:
+        """LB_so (with `assignment`, the shared-object view of this plan)."""
+        return self.lb_so
+
     def offset_of(self, tensor: str) -> int:
         """Arena offset of an activation (views and in-place results share their buffer's)."""
         if self.arena is None:
@@ -146,7 +162,7 @@ def plan_model(model: Model, options: PlanOptions = PlanOptions(), storage: Stor
 
 def plan_status(model: Model) -> Literal["absent", "current", "stale"]:
     plan = model.products.get(PLAN_KEY)
-    if plan is None:
+    if not isinstance(plan, MemoryPlan):
         return "absent"
     return "current" if plan.fingerprint == graph_fingerprint(model.graph) else "stale"
 
@@ -162,7 +178,7 @@ def plan_problems(model: Model) -> list[str]:
     if plan is None:
         return []
     if not isinstance(plan, MemoryPlan):
-        return [f"products[{PLAN_KEY!r}] holds a {type(plan).__name__}, not a MemoryPlan"]
+        return []  # another producer's format: its consumer validates it
     if plan.fingerprint != graph_fingerprint(model.graph):
         return []  # stale: made for an earlier graph; current_plan() refuses it
     storage = compute_storage(model.graph, plan.options.storage)

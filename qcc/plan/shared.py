@@ -55,13 +55,20 @@ def plan_shared(
     maxima = positional_maxima_arrays(arr)
     lower = int(maxima.sum())
     best: SharedPlan | None = None
+    candidates: list[str] = []
     for name in methods:
+        if name == "greedy-size-improved":
+            # the O(n^2) dynamic variant only where affordable; the static one is cheap, always try it
+            candidates += ["greedy-size-improved"] if arr.n <= dynamic_limit else []
+            candidates.append("greedy-size-improved-static")
+        else:
+            candidates.append(name)
+    for name in candidates:
         if name == "greedy-breadth":
             ids = greedy_by_breadth(arr)
-        elif arr.n <= dynamic_limit:
+        elif name == "greedy-size-improved":
             ids = greedy_by_size_improved(arr, maxima)
         else:
-            name = "greedy-size-improved-static"
             ids = greedy_by_size_static(arr, maxima)
         plan = shared_plan_from_ids(arr, ids, lower, name)
         if best is None or plan.total < best.total:

@@ -11,16 +11,31 @@ says a pass may recompute it if the weights change, e.g. after BN folding).
 
 from __future__ import annotations
 
+import os
 import re
+import reprlib
 from typing import Any
 
-from qcc.errors import InvalidInputError, UnsupportedError
+from qcc import limits
+from qcc.errors import InvalidInputError, UnsupportedError, UsageError
 from qcc.frontends.nnp import INTERNAL
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 
-_TYPE = re.compile(r"^(FLOAT32|SIGN|FIXED(8|16)(?:_(\d+))?)$")
+_TYPE = re.compile(r"^(FLOAT32|SIGN|FIXED(8|16)(?:_(\d{1,4}))?)$")
 MAX_POSITION = 15
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 2, 60, 60, 4, 2
+
+
+def _shown(value: Any) -> str:
+    """A bounded repr of a value from the file: an alias bomb must not turn into a 10^9-item message."""
+    return _SHOWN.repr(value)
+
+
+def _key(name: Any) -> str:
+    """A mapping key as the name it looks up (YAML may give ints, floats, bools, dates...)."""
+    return name if isinstance(name, str) else _shown(name)
 
 
 def _exported_values(model: Model) -> list[Value]:
@@ -102,7 +117,7 @@ def parse_type(text: Any, value: Value, where: str) -> tuple[QuantType, bool]:
     """
     match = _TYPE.match(text) if isinstance(text, str) else None
     if match is None:
-        raise InvalidInputError(f"{where}: unknown type {text!r} (FLOAT32, SIGN, FIXED8, FIXED16, "
+        raise InvalidInputError(f"{where}: unknown type {_shown(text)} (FLOAT32, SIGN, FIXED8, FIXED16, "
                                 "FIXED8_<pos>, FIXED16_<pos>)")
     if match.group(1) == "FLOAT32":
         return Float32(), False
@@ -134,12 +149,16 @@ def _load(text: str, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InvalidInputError(f"{source}: not valid YAML: {exc}") from None
+        raise InvalidInputError(f"{source}: not valid YAML: {str(exc)[:300]}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{source}: YAML nested too deeply") from None
+    except ValueError as exc:  # PyYAML's own conversions, e.g. a 5000-digit integer
+        raise InvalidInputError(f"{source}: not valid YAML: {str(exc)[:300]}") from None
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise InvalidInputError(f"{source}: a settings file is a mapping with 'functions' and 'variables'")
-    extra = sorted(str(k) for k in doc if k not in ("functions", "variables"))
+    extra = sorted(_shown(k) for k in doc if k not in ("functions", "variables"))
     if extra:
         raise InvalidInputError(f"{source}: unknown top-level key(s) {extra} (only 'functions', 'variables')")
     sections = []
@@ -166,12 +185,12 @@ def apply_settings(model: Model, text: str, source: str = "settings.yaml") -> li
     notes: list[str] = []
     pins: list[tuple[Value, tuple[QuantType, bool]]] = []
     for name, entry in variables.items():
-        key = str(name)
+        key = _key(name)
         if key not in values:
             if key in known:
                 notes.append(f"{source}: variable {key!r} is not in qcc's graph (folded or unused); ignored")
             else:
-                errors.append(f"variables.{key}: no such variable")
+                errors.append(f"variables.{key[:100]}: no such variable")
             continue
         try:
             pins.append((values[key], parse_type(entry, values[key], f"variables.{key}")))
@@ -179,15 +198,15 @@ def apply_settings(model: Model, text: str, source: str = "settings.yaml") -> li
             errors.append(str(exc))
     implements: list[tuple[Node, int]] = []
     for name, entry in functions.items():
-        key = str(name)
+        key = _key(name)
         implement = entry.get("implement", 0) if isinstance(entry, dict) else None
         if key not in nodes:
             if key in known:
                 notes.append(f"{source}: function {key!r} is not in qcc's graph; ignored")
             else:
-                errors.append(f"functions.{key}: no such function")
-        elif not isinstance(implement, int) or isinstance(implement, bool):
-            errors.append(f"functions.{key}: expected {{implement: <int>}}, got {entry!r}")
+                errors.append(f"functions.{key[:100]}: no such function")
+        elif not isinstance(implement, int) or isinstance(implement, bool) or not 0 <= implement <= 0xFFFF:
+            errors.append(f"functions.{key}: expected {{implement: <0..65535>}}, got {_shown(entry)}")
         else:
             implements.append((nodes[key], implement))
     if errors:
@@ -201,3 +220,26 @@ def apply_settings(model: Model, text: str, source: str = "settings.yaml") -> li
     for node, implement in implements:
         node.meta["nnb.implement"] = implement
     return notes
+
+
+def read_settings_text(path: str | os.PathLike[str]) -> str:
+    """The text of a settings file: size-checked before reading, UTF-8, errors naming the file."""
+    source = os.fspath(path)
+    try:
+        size = os.path.getsize(source)
+        limits.check_count("bytes", size, limits.current().max_file_bytes, source)
+        with open(source, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise UsageError(f"{source}: no such file") from None
+    except OSError as exc:
+        raise InvalidInputError(f"{source}: cannot read settings: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{source}: not UTF-8 text (byte {exc.start}); a settings file is YAML") from None
+
+
+def apply_settings_file(model: Model, path: str | os.PathLike[str]) -> list[str]:
+    """`apply_settings` on a file (what `qcc compile --settings` does)."""
+    return apply_settings(model, read_settings_text(path), os.fspath(path))

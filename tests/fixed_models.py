@@ -53,19 +53,19 @@ def annotate_fixed(model: Model, calib: dict[str, np.ndarray], act_bits: int = 1
             out.quant = x.quant
         else:
             out.quant = fresh(out, act_bits)
-        for i, value in enumerate(node.inputs[1:], start=1):
-            if value is None or value.const is None or value.quant is not None:
+        for i, param in enumerate(node.inputs[1:], start=1):
+            if param is None or param.const is None or param.quant is not None:
                 continue
             if node.op in ("Conv", "Dense") and i == 1:
-                value.quant = FixedPoint(w_bits, _frac(float(np.max(np.abs(value.const))), w_bits))
+                param.quant = FixedPoint(w_bits, _frac(float(np.max(np.abs(param.const))), w_bits))
                 assert x is not None and isinstance(x.quant, FixedPoint)
-                limit = x.quant.frac + value.quant.frac
+                limit = x.quant.frac + param.quant.frac
                 if out.quant.frac > limit:
                     out.quant = FixedPoint(act_bits, limit)
             elif node.op in ("Conv", "Dense") and i == 2:
                 pass
             elif node.op not in ("BatchNorm",):
-                value.quant = FixedPoint(act_bits, _frac(float(np.max(np.abs(value.const))), act_bits))
+                param.quant = FixedPoint(act_bits, _frac(float(np.max(np.abs(param.const))), act_bits))
         if node.op in ("Conv", "Dense") and len(node.inputs) > 2 and node.inputs[2] is not None:
             bias = node.inputs[2]
             assert isinstance(out.quant, FixedPoint)

@@ -6,6 +6,8 @@
 - `mobilenet_v1` / `mobilenet_v2`: the ImageNet architectures (Howard et al. 2017, Sandler et
   al. 2018) with BN folded into the convolutions (conv + bias -> ReLU6), as exported for
   deployment; `width` scales the channels, `size` the input.
+- `inception_stack`: GoogLeNet's inception modules 3a, 3b (28x28) and 4a (14x14) without the
+  stem, so the branchy modules, not the stem, set the peak (where the execution order matters).
 """
 
 from __future__ import annotations
@@ -74,12 +76,12 @@ class _Builder:
         return self.node("Gemm", [h, self.param("fc/W", (classes, c)), self.param("fc/b", (classes,), 0.1)],
                          "logits", transB=1)
 
-    def model(self, name: str, size: int, out: str, classes: int) -> bytes:
+    def model(self, name: str, size: int, out: str, classes: int, channels: int = 3) -> bytes:
         from onnx import TensorProto, helper
 
         graph = helper.make_graph(
             self.nodes, name,
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
             [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, classes])],
             self.inits,
         )
@@ -150,6 +152,27 @@ def mobilenet_v2(seed: int = 0, size: int = 224, width: float = 1.0, classes: in
     h = b.relu6(b.conv(h, c, last, 1, "conv_last"), "conv_last/relu6")
     b.classifier(h, last, classes)
     return b.model("mobilenet_v2", size, "logits", classes)
+
+
+INCEPTION = (("3a", 192, (64, 96, 128, 16, 32, 32)), ("3b", 256, (128, 128, 192, 32, 96, 64)),
+             ("4a", 480, (192, 96, 208, 16, 48, 64)))
+
+
+def inception_stack(seed: int = 0, size: int = 28, classes: int = 10) -> bytes:
+    b = _Builder(seed)
+    h = "x"
+    for name, cin, (c1, r3, c3, r5, c5, cp) in INCEPTION:
+        if name == "4a":
+            h = b.node("MaxPool", [h], "pool3", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        branches = [b.node("Relu", [b.conv(h, cin, c1, 1, f"{name}/1x1")], f"{name}/1x1/relu")]
+        for tag, red, out, k in (("3x3", r3, c3, 3), ("5x5", r5, c5, 5)):
+            t = b.node("Relu", [b.conv(h, cin, red, 1, f"{name}/{tag}_reduce")], f"{name}/{tag}_reduce/relu")
+            branches.append(b.node("Relu", [b.conv(t, red, out, k, f"{name}/{tag}")], f"{name}/{tag}/relu"))
+        t = b.node("MaxPool", [h], f"{name}/pool", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+        branches.append(b.node("Relu", [b.conv(t, cin, cp, 1, f"{name}/pool_proj")], f"{name}/pool_proj/relu"))
+        h = b.node("Concat", branches, f"{name}/concat", axis=1)
+    b.classifier(h, 512, classes)
+    return b.model("inception_stack", size, "logits", classes, channels=192)
 
 
 def load(data: bytes, name: str) -> Any:

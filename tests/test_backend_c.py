@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qcc.backends.c import BACKEND, generate
 
 import qcc.driver
-from qcc.backends.c import BACKEND, generate
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import Affine, FixedPoint, TensorType
@@ -288,6 +288,25 @@ def test_arena_follows_the_plan_and_honours_views_and_in_place() -> None:
     assert generate(model, "net").layout.source == "qcc.plan.plan_arena"
 
 
+@pytest.mark.parametrize("options", ["kind=arena", "kind=both,aliases=true,inplace=true,alignment=4"])
+def test_plan_memory_offsets_are_used(tmp_path: Path, options: str) -> None:
+    """With plan-memory in the pipeline the arena is its plan (views it did not alias are copied)."""
+    spec = ("fold-bn,calibrate,assign-fixed-point{bits=16,weight_bits=16,target=nnb},"
+            f"plan-memory{{{options}}}")
+    out = tmp_path / "planned"
+    model, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, passes=spec, calib=str(DIGITS / "calib.npz"))
+    gen = generate(model, "planned")
+    stored = model.products["memory_plan"]
+    assert gen.layout.source == "memory_plan"
+    assert gen.arena_bytes == stored.arena.total
+    for value in [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]:
+        assert gen.layout.offset(value) == stored.offset_of(value.name)
+    assert ("a copy, the memory plan gave it its own buffer" in gen.files["planned.c"]) == ("aliases" not in options)
+    exe = build(model, out)
+    x = np.load(DIGITS / "test.npz")["x"][:50]
+    assert np.array_equal(run_c(exe, x, 10), outputs_of(model, {"x": x}, fixed=True))
+
+
 # ---------------------------------------------------------------- light zoo model at full size
 
 
@@ -325,7 +344,7 @@ def test_affine_and_mixed_models_are_rejected_with_the_tensor_name(tmp_path: Pat
     model = qcc.driver.load(str(DIGITS / "digits_cnn.onnx"))
     annotate_fixed(model, {"x": np.load(DIGITS / "calib.npz")["x"][:8]}, 16)
     model.graph.node_map()["relu2"].outputs[0].quant = None
-    with pytest.raises(UnsupportedError, match="'relu2'.*fixed point"):
+    with pytest.raises(UnsupportedError, match=r"'relu2'.*fixed point"):
         generate(model, "m")
 
 

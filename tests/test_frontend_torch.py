@@ -26,6 +26,7 @@ from qcc.sim import run_model  # noqa: E402
 from tests.cli_util import DIGITS, ROOT, one_error_line  # noqa: E402
 
 QCC = Path(sys.executable).with_name("qcc")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")  # torch.export's notes
 
 
 class BasicModule(nn.Module):
@@ -322,14 +323,14 @@ class Unsupported(nn.Module):
 
 
 def test_unsupported_ops_are_listed_once_with_paths_and_counts(tmp_path: Path) -> None:
-    x = torch.randn(1, 3, 8, 8)
+    program = torch.export.export(Unsupported().eval(), (torch.randn(1, 3, 8, 8),))
     with pytest.raises(UnsupportedError) as info:
-        load_module(Unsupported(), (x,))
+        load_exported(program, source="bad")
     message = str(info.value)
-    assert "\n" not in message
+    assert "\n" not in message and message.startswith("bad: unsupported ATen op(s): ")
     assert "aten.sort.default x3 at '<top>', 'head', 'tail'" in message
     assert "aten._fft_r2c.default x1 at '<top>'" in message
-    torch.export.save(torch.export.export(Unsupported().eval(), (x,)), str(tmp_path / "bad.pt2"))
+    torch.export.save(program, str(tmp_path / "bad.pt2"))
     proc = _qcc("compile", str(tmp_path / "bad.pt2"), "-o", str(tmp_path / "bad.onnx"))
     assert proc.returncode == 4
     line = one_error_line(proc)

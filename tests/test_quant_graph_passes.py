@@ -172,8 +172,9 @@ def test_binary_connect_is_sign_only() -> None:
     before = clone_model(model)
     ctx = PassContext()
     PassManager("binarize-weights{mode=binary-connect,exclude=dense*}").run(model, ctx)
-    cw, dw = by_name(model)["cw"], by_name(model)["dw"]
-    np.testing.assert_array_equal(cw.const, np.where(by_name(before)["cw"].const >= 0, 1.0, -1.0))  # type: ignore[operator]
+    cw, dw, original = by_name(model)["cw"].const, by_name(model)["dw"], by_name(before)["cw"].const
+    assert cw is not None and original is not None
+    np.testing.assert_array_equal(cw, np.where(original >= 0, 1.0, -1.0))
     assert dw.quant is None and "Mul" not in op_counts(model)
 
 

@@ -129,15 +129,15 @@ def test_pins_win_and_conflicts_name_the_tensor() -> None:
     assert values["logits"].quant.bits == 16  # type: ignore[union-attr]
     assert values["relu3"].meta["pinned"]
     # fy <= fx + fw: conv2 reads relu1 (position 5) with weights at 8, so 15 is impossible
-    with pytest.raises(UsageError, match="'bn2'.*at most input \\+ weight"):
+    with pytest.raises(UsageError, match=r"'bn2'.*at most input \+ weight"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}", ("bn2=FIXED8_15",))
-    with pytest.raises(UsageError, match="bn1.*relu1|relu1.*bn1"):
+    with pytest.raises(UsageError, match=r"bn1.*relu1|relu1.*bn1"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}",
                        ("bn1=FIXED8_4", "relu1=FIXED8_5"))
-    with pytest.raises(UsageError, match="bn2=FIXED16.*relu1=FIXED8|relu1=FIXED8.*bn2=FIXED16"):
+    with pytest.raises(UsageError, match=r"bn2=FIXED16.*relu1=FIXED8|relu1=FIXED8.*bn2=FIXED16"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}",
                        ("bn2=FIXED16", "relu1=FIXED8"))
-    with pytest.raises(UsageError, match="outside nnb's 0..15"):
+    with pytest.raises(UsageError, match=r"outside nnb's 0\.\.15"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}", ("relu1=FIXED16_20",))
     with pytest.raises(UsageError, match="affine type"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}", ("relu1=INT8",))

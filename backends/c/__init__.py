@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from qcc.backends.c.emit import Generated, generate
+
 from qcc.io import atomic_directory
 from qcc.ir.core import Model
 

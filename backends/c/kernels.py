@@ -719,7 +719,7 @@ def transpose(ks: KernelSet, x: CType, y: CType) -> str:
         }}
     }}
 }}
-""", ("perm",) + helpers)
+""", ("perm", *helpers))
 
 
 BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",

@@ -7,13 +7,12 @@ an operand kind the C target cannot compute raises UnsupportedError naming the n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Union
 
 import attrs
 import numpy as np
-
 from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import FLOAT, CType, pow2
+
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops._common import attr_list
@@ -34,7 +33,7 @@ class Ptr:
     value: Value
 
 
-Arg = Union[str, Ptr]
+Arg = str | Ptr
 
 
 @attrs.frozen
@@ -48,7 +47,8 @@ class Step:
     node: Node
     calls: list[Call] = attrs.field(factory=list)
     alias: bool = False
-    inplace: int | None = None
+    inplace: tuple[int, ...] = ()
+    """Inputs whose storage the output may take over when they die here (kernel reads before writes)."""
 
 
 @attrs.frozen
@@ -282,9 +282,9 @@ def _unary(lw: Lowering, node: Node) -> Step:
         if node.op == "Relu" and fx.dedicated_problem(node) is None:
             fn = K.relu_fixed(lw.kernels, cx)
             step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
-            step.inplace = 0
+            step.inplace = (0,)
             return step
-        if node.op not in FIXED_GENERIC_UNARY + ("Relu",):
+        if node.op not in (*FIXED_GENERIC_UNARY, "Relu"):
             raise lw.unsupported(node, "no bit-exact fixed-point kernel")
     extra = []
     for key in K.UNARY[node.op][1]:
@@ -297,7 +297,7 @@ def _unary(lw: Lowering, node: Node) -> Step:
             extra.append(_flt(node.attrs[key]))
     fn = K.unary(lw.kernels, node.op, cx, cy)
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), *lw.scales(x, y), *extra))])
-    step.inplace = 0 if cx.size == cy.size else None
+    step.inplace = (0,) if cx.size == cy.size else ()
     return step
 
 
@@ -315,7 +315,7 @@ def _softmax(lw: Lowering, node: Node) -> Step:
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     fn = K.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
-    step.inplace = 0 if lw.ctype(x).size == lw.ctype(y).size else None
+    step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
 
 
@@ -334,7 +334,7 @@ def _batchnorm(lw: Lowering, node: Node) -> Step:
     fn = K.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), *names, str(shape[0]), str(shape[1]), str(inner),
                                  *lw.scales(x, y)))])
-    step.inplace = 0 if lw.ctype(x).size == lw.ctype(y).size else None
+    step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
 
 
@@ -357,8 +357,8 @@ def _binary(lw: Lowering, node: Node) -> Step:
             args += [str(fa - common), str(fb - common), str(common - fy)]
         fn = K.binary(lw.kernels, node.op, lw.ctype(y))
     step = Step(node, [Call(fn, tuple(args))])
-    if a.const is None and static_shape(a) == out and lw.ctype(a).size == lw.ctype(y).size:
-        step.inplace = 0
+    step.inplace = tuple(i for i, v in enumerate((a, b))
+                         if v.const is None and static_shape(v) == out and lw.ctype(v).size == lw.ctype(y).size)
     return step
 
 
@@ -378,7 +378,7 @@ def _bcast(lw: Lowering, node: Node, sa: tuple[int, ...], sb: tuple[int, ...], o
         return st
 
     pad = [0] * (MAX_RANK - rank)
-    fields = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
+    fields: list[int | list[int]] = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
     return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
 
 
@@ -410,7 +410,7 @@ def _view(lw: Lowering, node: Node) -> Step:
     lw.require_dedicated(node)
     fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
-    step.inplace = 0 if lw.ctype(x) == lw.ctype(y) else None
+    step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
 
 
@@ -422,7 +422,7 @@ def _transpose(lw: Lowering, node: Node) -> Step:
         raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
     in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
     pad = [0] * (MAX_RANK - len(xs))
-    fields = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
+    fields: list[int | list[int]] = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
     params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
     args: list[Arg] = [lw.operand(x, node), Ptr(y), params]
     if lw.mode == "fixed":

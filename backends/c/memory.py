@@ -1,10 +1,13 @@
 """Where each tensor of the generated C lives: one static arena, offsets from an arena plan.
 
 Liveness is by step (node index), inclusive: graph inputs from step 0, graph outputs to the end
-(the final copy out). Views share their input's storage; an elementwise op whose input dies at
-it writes in place when its kernel allows (same element size, same element count). The offsets
-come from `model.products["memory_plan"]` when it holds an arena plan that is valid for these
-buffers (checked with qcc.plan.verify_arena), otherwise from qcc.plan.plan_arena.
+(the final copy out). Storage groups: views share their input's storage; an op whose kernel can
+run in place (elementwise, same element size and count) writes over an input that dies there.
+
+A current `model.products["memory_plan"]` (pass `plan-memory`, kind arena or both) is used as
+it is when every storage sharing it decided is one these kernels can execute (its views must be
+aliases here too) and its offsets pass qcc.plan.verify_arena for these buffers; so is a bare
+ArenaPlan naming our buffers. Otherwise qcc.plan.plan_arena plans our own groups.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-
 from qcc.backends.c.lower import Step
-from qcc.ir.core import Model, Value
+
+from qcc.ir.core import Graph, Model, Value
 from qcc.plan import ArenaPlan, Buffer, lb_offsets, naive_size, plan_arena, verify_arena
+
+Sizer = Callable[[Value], int]
 
 
 @attrs.frozen
@@ -27,6 +32,8 @@ class Layout:
     plan: ArenaPlan
     source: str
     naive: int
+    copies: frozenset[int] = frozenset()
+    """ids of view outputs the plan gave storage of their own: the view becomes a copy."""
 
     def offset(self, value: Value) -> int | None:
         """Byte offset in the arena, None for constants (and views of them)."""
@@ -34,77 +41,117 @@ class Layout:
         return None if root.const is not None else self.plan.offsets[root.name]
 
 
-def layout(model: Model, steps: Sequence[Step], nbytes: Callable[[Value], int], alignment: int) -> Layout:
+def layout(model: Model, steps: Sequence[Step], nbytes: Sizer, alignment: int) -> Layout:
     graph = model.graph
-    end = len(graph.nodes)
-    last_use: dict[int, int] = {}
+    last_use = _last_uses(graph)
+    stored = _stored_plan(model, steps, nbytes, last_use)
+    if stored is not None:
+        roots, offsets, method, copies = stored
+        buffers = _buffers(graph, roots, last_use, nbytes)
+        plan = _adopt(buffers, offsets, method, alignment)
+        if plan is not None:
+            return Layout(roots, tuple(buffers), plan, "memory_plan", naive_size(buffers), copies)
+    roots = _own_roots(graph, steps, nbytes, last_use)
+    buffers = _buffers(graph, roots, last_use, nbytes)
+    product = model.products.get("memory_plan")
+    if isinstance(product, ArenaPlan) and all(b.name in product.offsets for b in buffers):
+        plan = _adopt(buffers, {b.name: int(product.offsets[b.name]) for b in buffers}, product.method, alignment)
+        if plan is not None:
+            return Layout(roots, tuple(buffers), plan, "memory_plan", naive_size(buffers))
+    return Layout(roots, tuple(buffers), plan_arena(buffers, alignment=alignment), "qcc.plan.plan_arena",
+                  naive_size(buffers))
+
+
+def _last_uses(graph: Graph) -> dict[int, int]:
+    last: dict[int, int] = {}
     for step, node in enumerate(graph.nodes):
         for value in node.inputs:
             if value is not None:
-                last_use[id(value)] = step
-    outputs = {id(v) for v in graph.outputs}
+                last[id(value)] = step
+    for value in graph.outputs:
+        last[id(value)] = len(graph.nodes)
+    return last
+
+
+def _own_roots(graph: Graph, steps: Sequence[Step], nbytes: Sizer, last_use: dict[int, int]) -> dict[int, Value]:
     roots: dict[int, Value] = {id(v): v for v in [*graph.inputs, *graph.constants]}
-    members: dict[int, list[Value]] = {id(v): [v] for v in graph.inputs}
-    first: dict[int, int] = {id(v): 0 for v in graph.inputs}
-    for step, (node, lowered) in enumerate(zip(graph.nodes, steps)):
-        share = _shared_root(lowered, roots, members, last_use, outputs, step, nbytes)
+    members: dict[int, list[Value]] = {}
+    for step, lowered in enumerate(steps):
+        node = lowered.node
+        share = roots[id(node.input(0))] if lowered.alias else None
+        for index in () if lowered.alias else lowered.inplace:
+            root = roots[id(node.input(index))]
+            group = members.get(id(root), [root])
+            if root.const is None and nbytes(root) == nbytes(node.outputs[0]) and \
+                    all(last_use.get(id(v), -1) <= step for v in group):
+                share = root
+                break
         for value in node.outputs:
-            if share is not None:
-                roots[id(value)] = share
-                members.setdefault(id(share), [share]).append(value)
-            else:
-                roots[id(value)] = value
-                members[id(value)] = [value]
-                first[id(value)] = step
-    buffers = []
-    for key, group in members.items():
-        root = group[0]
+            root = share if share is not None else value
+            roots[id(value)] = root
+            members.setdefault(id(root), [root]).append(value)
+    return roots
+
+
+def _stored_plan(model: Model, steps: Sequence[Step], nbytes: Sizer, last_use: dict[int, int]
+                 ) -> tuple[dict[int, Value], dict[str, int], str, frozenset[int]] | None:
+    """The storage groups and offsets of a current plan-memory plan, if these kernels can run them
+    (a view the plan did not alias is copied)."""
+    from qcc.plan.memory_plan import current_plan
+
+    plan: Any = current_plan(model)
+    if plan is None or plan.arena is None:
+        return None
+    graph = model.graph
+    acts = {v.name: v for v in [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]}
+    if any(name not in plan.buffer_of or plan.buffer_of[name] not in acts for name in acts):
+        return None
+    roots: dict[int, Value] = {id(c): c for c in graph.constants}
+    roots.update({id(v): acts[plan.buffer_of[name]] for name, v in acts.items()})
+    members: dict[int, list[Value]] = {}
+    copies = set()
+    for step, lowered in enumerate(steps):
+        node = lowered.node
+        for value in node.outputs:
+            root = roots[id(value)]
+            members.setdefault(id(root), [root] if root is not value else [])
+            if lowered.alias and root is value:
+                copies.add(id(value))
+            elif lowered.alias:
+                if root is not roots[id(node.input(0))]:
+                    return None
+            elif root is not value:
+                sources = [i for i in lowered.inplace if roots[id(node.input(i))] is root]
+                group = members[id(root)]
+                if not sources or nbytes(root) != nbytes(value) or \
+                        any(last_use.get(id(v), -1) > step for v in group):
+                    return None
+            members[id(root)].append(value)
+    offsets = {name: plan.arena.offsets[name] for name in set(plan.buffer_of.values())}
+    return roots, offsets, plan.arena.method, frozenset(copies)
+
+
+def _buffers(graph: Graph, roots: dict[int, Value], last_use: dict[int, int], nbytes: Sizer) -> list[Buffer]:
+    first: dict[int, int] = {id(v): 0 for v in graph.inputs}
+    last: dict[int, int] = {}
+    for step, node in enumerate(graph.nodes):
+        for value in node.outputs:
+            first.setdefault(id(roots[id(value)]), step)
+    groups: dict[int, Value] = {}
+    for key, root in roots.items():
         if root.const is not None:
             continue
-        last = max([first[key], *(last_use.get(id(v), -1) for v in group)])
-        if any(id(v) in outputs for v in group):
-            last = end
-        buffers.append(Buffer(root.name, nbytes(root), first[key], last))
-    plan, source = _plan(model, buffers, alignment)
-    return Layout(roots, tuple(buffers), plan, source, naive_size(buffers))
+        groups.setdefault(id(root), root)
+        last[id(root)] = max(last.get(id(root), first[id(root)]), last_use.get(key, -1))
+    return [Buffer(root.name, nbytes(root), first[key], last[key]) for key, root in groups.items()]
 
 
-def _shared_root(lowered: Step, roots: dict[int, Value], members: dict[int, list[Value]], last_use: dict[int, int],
-                 outputs: set[int], step: int, nbytes: Callable[[Value], int]) -> Value | None:
-    node = lowered.node
-    if lowered.alias:
-        return roots[id(node.input(0))]
-    if lowered.inplace is None:
+def _adopt(buffers: list[Buffer], offsets: dict[str, int], method: str, alignment: int) -> ArenaPlan | None:
+    if any(b.name not in offsets for b in buffers):
         return None
-    root = roots[id(node.input(lowered.inplace))]
-    if root.const is not None or nbytes(root) != nbytes(node.outputs[0]):
-        return None
-    group = members.get(id(root), [root])
-    if any(last_use.get(id(v), -1) > step or id(v) in outputs for v in group):
-        return None
-    return root
-
-
-def _plan(model: Model, buffers: list[Buffer], alignment: int) -> tuple[ArenaPlan, str]:
-    given = _arena_in(model.products.get("memory_plan"))
-    if given is not None and all(b.name in given.offsets for b in buffers):
-        offsets = {b.name: int(given.offsets[b.name]) for b in buffers}
-        top = max((offsets[b.name] + b.size for b in buffers), default=0)
-        total = -(-top // alignment) * alignment
-        lower = lb_offsets([Buffer(b.name, -(-b.size // alignment) * alignment, b.first, b.last) for b in buffers])
-        adopted = ArenaPlan(offsets, total, lower, given.method, total == lower, alignment)
-        if not verify_arena(buffers, adopted):
-            return adopted, "memory_plan"
-    return plan_arena(buffers, alignment=alignment), "qcc.plan.plan_arena"
-
-
-def _arena_in(product: Any) -> ArenaPlan | None:
-    """An ArenaPlan inside whatever the plan-memory pass stored (the plan itself, or a field)."""
-    if isinstance(product, ArenaPlan):
-        return product
-    for key in ("arena", "arena_plan", "c"):
-        inner = product.get(key) if isinstance(product, dict) else getattr(product, key, None)
-        if isinstance(inner, ArenaPlan):
-            return inner
-    return None
-
+    mine = {b.name: int(offsets[b.name]) for b in buffers}
+    top = max((mine[b.name] + b.size for b in buffers), default=0)
+    total = -(-top // alignment) * alignment
+    lower = lb_offsets([Buffer(b.name, -(-b.size // alignment) * alignment, b.first, b.last) for b in buffers])
+    plan = ArenaPlan(mine, total, lower, method, total == lower, alignment)
+    return None if verify_arena(buffers, plan) else plan

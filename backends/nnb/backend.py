@@ -38,6 +38,7 @@ class NnbResult:
     plan_method: str  # the planner that placed the buffers
     buffer_bytes: int  # what the runtime mallocs for activations
     nnabla_buffer_bytes: int  # nnabla's reuse policy on the same functions and types
+    lower_bound_bytes: int  # no shared-object plan of qcc's lifetimes needs less
     parameter_bytes: int
     notes: tuple[str, ...] = ()
 
@@ -46,7 +47,7 @@ class NnbResult:
             "version": self.nnb.version, "api_level": self.nnb.api_level, "plan": self.plan,
             "file_bytes": len(self.data), "parameter_bytes": self.parameter_bytes,
             "buffer_bytes": self.buffer_bytes, "buffers": len(self.nnb.buffers), "plan_method": self.plan_method,
-            "nnabla_policy_buffer_bytes": self.nnabla_buffer_bytes,
+            "nnabla_policy_buffer_bytes": self.nnabla_buffer_bytes, "buffer_lower_bound": self.lower_bound_bytes,
             "functions": len(self.nnb.functions), "variables": len(self.nnb.variables),
             "notes": list(self.notes),
         }  # fmt: skip
@@ -67,7 +68,7 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
         nnb = nnabla_compatible(model, nnb_version, level, settings, batch, table)
         data = write_nnb(nnb, table)
         own = _buffer_bytes(nnb)
-        return NnbResult(nnb, data, None, plan, "nnabla", own, own, _param_bytes(nnb))
+        return NnbResult(nnb, data, None, plan, "nnabla", own, own, 0, _param_bytes(nnb))
     if settings is not None:
         _apply_settings(model, settings)
     program, notes = legalize(model, batch)
@@ -75,8 +76,9 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
     reference: BufferPlan = nnabla_plan(program, nnb_version)
     nnb = assemble(program, buffers, nnb_version, level, table)
     data = write_nnb(nnb, table)
+    unit = 4 if nnb_version == 2 else 1
     return NnbResult(nnb, data, program, plan, buffers.method, buffers.total_bytes, reference.total_bytes,
-                     _param_bytes(nnb), tuple(notes))
+                     buffers.lower_bound * unit, _param_bytes(nnb), tuple(notes))
 
 
 def _apply_settings(model: Model, path: str) -> None:

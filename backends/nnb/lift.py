@@ -280,7 +280,11 @@ def _slice(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     rank = x.type.rank
     start, stop, step = (list(args[k]) for k in ("start", "stop", "step"))
     lead = rank - len(start)
-    lf.node(fn, "Slice", [x], {"starts": start, "ends": stop, "axes": list(range(lead, rank)), "steps": step}, out=0)
+    dims = lf.nnb.variables[fn.inputs[0]].shape
+    keep = [i for i in range(len(start)) if (start[i], stop[i], step[i]) != (0, dims[lead + i], 1)]
+    attrs = {"starts": [start[i] for i in keep], "ends": [stop[i] for i in keep],
+             "axes": [lead + i for i in keep], "steps": [step[i] for i in keep]}
+    lf.node(fn, "Slice", [x], attrs, out=0)
 
 
 @lifts("Pad")

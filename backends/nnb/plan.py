@@ -17,7 +17,6 @@ kept for comparison and for `--plan nnabla`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import attrs

@@ -47,7 +47,7 @@ def load_module(module: Any, example_inputs: Any, input_names: Sequence[str] | N
         raise UsageError(f"load_module needs a torch.nn.Module, got {type(module).__name__}")
     name = type(module).__name__
     inputs = _example_tuple(torch, example_inputs, name)
-    was_training = module.training
+    modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
         program = torch.export.export(module, inputs)
@@ -56,7 +56,8 @@ def load_module(module: Any, example_inputs: Any, input_names: Sequence[str] | N
         raise UnsupportedError(f"<{name}>: torch.export could not capture the module: "
                                f"{type(exc).__name__}: {first[:300]}") from exc
     finally:
-        module.train(was_training)
+        for sub, training in modes:  # restore each submodule's own mode
+            sub.training = training
     return load_exported(program, input_names=input_names, batch_size=batch_size, source=f"<{name}>",
                          graph_name=name)
 
@@ -122,15 +123,8 @@ def _example_tuple(torch: Any, example_inputs: Any, name: str) -> tuple[Any, ...
     if example_inputs is None:
         raise UsageError(f"<{name}>: importing an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
     items = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    out = []
-    for item in items:
-        if not isinstance(item, torch.Tensor):
-            try:
-                item = torch.as_tensor(item)
-            except Exception:
-                raise UsageError(f"<{name}>: example input of type {type(item).__name__} is not a tensor") from None
-        out.append(item)
-    return tuple(out)
+    # numpy arrays become tensors; other non-tensors are passed as is (torch.export specializes them)
+    return tuple(torch.from_numpy(item) if type(item).__module__ == "numpy" else item for item in items)
 
 
 class TorchFrontend:

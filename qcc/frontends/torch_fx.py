@@ -431,7 +431,8 @@ def _bind_placeholders(ctx: TorchCtx, program: Any, nodes: list[Any], env: dict[
                        input_names: Sequence[str] | None, batch_size: int | None) -> None:
     torch = ctx.torch
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
-    user = [n for n in nodes if n.op == "placeholder" and specs[n.name].kind.name == "USER_INPUT"]
+    user = [n for n in nodes if n.op == "placeholder" and specs[n.name].kind.name == "USER_INPUT"
+            and isinstance(n.meta.get("val"), torch.Tensor)]  # other inputs were specialized by export
     names = list(input_names) if input_names is not None else [n.name for n in user]
     if len(names) != len(user) or len(set(names)) != len(names):
         raise UsageError(f"{ctx.source}: input_names {names} must be {len(user)} distinct names "
@@ -442,7 +443,8 @@ def _bind_placeholders(ctx: TorchCtx, program: Any, nodes: list[Any], env: dict[
             continue
         spec = specs[node.name]
         if spec.kind.name == "USER_INPUT":
-            env[node.name] = ctx.graph.add_input(names[user.index(node)], _input_type(ctx, node, batch_size))
+            env[node.name] = ctx.graph.add_input(names[user.index(node)], _input_type(ctx, node, batch_size)) \
+                if node in user else node.meta.get("val")
             continue
         target = spec.target
         tensor = program.state_dict.get(target) if target in program.state_dict else program.constants.get(target)
@@ -455,9 +457,6 @@ def _bind_placeholders(ctx: TorchCtx, program: Any, nodes: list[Any], env: dict[
 
 def _input_type(ctx: TorchCtx, node: Any, batch_size: int | None) -> TensorType:
     val = node.meta.get("val")
-    torch = ctx.torch
-    if not isinstance(val, torch.Tensor):
-        raise UnsupportedError(f"{ctx.source}: input {node.name!r} is a {type(val).__name__}, not a tensor")
     if not val.is_floating_point():
         raise UnsupportedError(f"{ctx.source}: input {node.name!r} has dtype {val.dtype}; only float inputs are supported")
     dims: list[Dim] = []

@@ -33,6 +33,9 @@ class StorageOptions:
     scheme: str = ""
 
 
+NO_SHARING = StorageOptions()
+
+
 @attrs.frozen(eq=False)
 class Storage:
     """Buffers to plan (one per storage group) and each activation's own lifetime and group.
@@ -56,7 +59,7 @@ class Storage:
 
 def compute_storage(
     graph: Graph,
-    options: StorageOptions = StorageOptions(),
+    options: StorageOptions = NO_SHARING,
     order: Sequence[Node] | None = None,
     sizer: Sizer | None = None,
 ) -> Storage:
@@ -71,9 +74,9 @@ def compute_storage(
         values[id(value)] = value
         first[id(value)] = last[id(value)] = 0
     for step, node in enumerate(nodes):
-        for value in node.inputs:
-            if value is not None and id(value) in values:
-                last[id(value)] = step
+        for operand in node.inputs:
+            if operand is not None and id(operand) in values:
+                last[id(operand)] = step
         for value in node.outputs:
             values[id(value)] = value
             first[id(value)] = last[id(value)] = step
@@ -172,7 +175,7 @@ class Liveness:
         self.graph = graph
         self._cache: dict[StorageOptions, Storage] = {}
 
-    def storage(self, options: StorageOptions = StorageOptions()) -> Storage:
+    def storage(self, options: StorageOptions = NO_SHARING) -> Storage:
         if options not in self._cache:
             self._cache[options] = compute_storage(self.graph, options)
         return self._cache[options]

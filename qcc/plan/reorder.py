@@ -25,7 +25,7 @@ import numpy as np
 from qcc.ir.core import Graph, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.plan.intervals import Buffer, as_arrays, coverage
-from qcc.plan.liveness import StorageOptions, compute_storage
+from qcc.plan.liveness import NO_SHARING, StorageOptions, compute_storage
 from qcc.plan.sizing import Sizer, scheme_sizer
 
 
@@ -42,7 +42,7 @@ class Schedule:
 
 def best_schedule(
     graph: Graph,
-    options: StorageOptions = StorageOptions(),
+    options: StorageOptions = NO_SHARING,
     *,
     time_budget: float = 1.0,
     max_stale: int = 64,
@@ -72,7 +72,7 @@ def best_schedule(
         candidate, _ = score(order)
         if candidate < peak:
             best, peak, method = order, candidate, name
-    if peak > bound:
+    if peak > bound and len(best) > 1:
         climbed, lower = _climb(dag, best, score, bound, deadline, max_stale, seed)
         if lower < peak:
             best, peak, method = climbed, lower, method + "+hill-climb"
@@ -213,21 +213,22 @@ def _climb(
 ) -> tuple[list[int], int]:
     """Move producers of tensors live at the peak step within their dependency windows."""
     rng = random.Random(seed)
-    n = len(order)
     peak, step = score(order)
     stale = 0
     while peak > bound and stale < max_stale and time.monotonic() < deadline:
-        position = {node: p for p, node in enumerate(order)}
-        live = {dag.producer_of[v] for s in order[step:] for v, _ in dag.reads[s]
-                if v in dag.producer_of and position[dag.producer_of[v]] <= step}
-        node = rng.choice(sorted(live)) if live else order[step]
-        lo = max((position[q] for q in dag.preds[node]), default=-1) + 1
-        hi = min((position[s] for s in dag.succs[node]), default=n) - 1
         stale += 1
-        if hi <= lo:
+        position = {node: p for p, node in enumerate(order)}
+        live = sorted({dag.producer_of[v] for s in order[step:] for v, _ in dag.reads[s]
+                       if v in dag.producer_of and position[dag.producer_of[v]] <= step})
+        node = rng.choice(live) if live else order[step]
+        rest = [i for i in order if i != node]
+        where = {i: p for p, i in enumerate(rest)}
+        lo = max((where[q] for q in dag.preds[node]), default=-1) + 1
+        hi = min((where[q] for q in dag.succs[node]), default=len(rest))
+        at = rng.randint(lo, hi)
+        if at == position[node]:
             continue
-        moved = [i for i in order if i != node]
-        moved.insert(rng.randint(lo, hi - 1) if hi > lo else lo, node)
+        moved = [*rest[:at], node, *rest[at:]]
         new_peak, new_step = score(moved)
         if new_peak <= peak:
             if new_peak < peak:

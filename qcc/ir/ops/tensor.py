@@ -101,16 +101,7 @@ class Reshape(OpDef):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        target = [x.shape[i] if d == 0 else d for i, d in enumerate(node.attrs["shape"])]
-        static = node.outputs[0].type.shape
-        # A batch bound to 1 at import keeps working for other batch sizes.
-        if x.shape and static and target and target[0] == static[0] == 1 and x.shape[0] != 1:
-            target[0] = x.shape[0]
-            if -1 in target[1:]:
-                pass
-            elif prod(target) != x.size:
-                target[0] = -1
-        return [x.reshape(target)]
+        return [x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(node.attrs["shape"])])]
 
 
 @register

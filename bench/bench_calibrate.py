@@ -169,15 +169,10 @@ def write_section(lines: list[str], cap_gb: float) -> None:
             "standard-normal samples fed one at a time;",
             f"each row a fresh process under a {cap_gb:g} GB address-space cap. 1-minute load average at the end: "
             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other jobs share the machine).", ""]
-    body = "\n".join(head + lines) + "\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + body
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + (text[end + 1:] if end >= 0 else "")
-    DOC.write_text(text)
+    sys.path.insert(0, str(ROOT))
+    from bench.doc_section import replace_section
+
+    replace_section(SECTION, "\n".join(head + lines) + "\n", DOC)
 
 
 def main() -> None:

@@ -63,8 +63,9 @@ class Row:
 
 
 def light_model(name: str, out: Path) -> tuple[str, tuple[int, ...]]:
-    """The randomized light model without its final Softmax and without initializer-backed inputs."""
+    """The randomized light model at opset 13, without its final Softmax and initializer-backed inputs."""
     import onnx
+    from onnx import version_converter
 
     model = onnx.load_from_string(randomized_bytes(name))
     graph = model.graph
@@ -80,7 +81,10 @@ def light_model(name: str, out: Path) -> tuple[str, tuple[int, ...]]:
     real = [i for i in graph.input if i.name not in inits]
     del graph.input[:]
     graph.input.extend(real)
-    model.ir_version = max(model.ir_version, 4)  # initializers need not be inputs from IR 4 on
+    model.ir_version = max(model.ir_version, 7)  # initializers need not be inputs from IR 4 on
+    # opset 9 -> 13 for both tools: quantize_static keeps the model's opset and then writes
+    # per-channel DequantizeLinear (axis needs opset 13) into an invalid model
+    model = version_converter.convert_version(model, 13)
     onnx.save(model, str(out))
     dims = tuple(int(d.dim_value) for d in real[0].type.tensor_type.shape.dim)
     return real[0].name, dims

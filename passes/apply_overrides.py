@@ -22,7 +22,6 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 import numpy as np
@@ -156,8 +155,3 @@ def apply_rules(values: Iterable[Value], rules: list[Override], strict: bool, ct
         ctx.note("overrides", {"pattern": rule.pattern, "type": rule.type_text, "source": rule.source,
                                "matched": len(hits)})
     return changed
-
-
-def describe(value: Value) -> dict[str, Any]:
-    """The override a value carries, for error messages."""
-    return {"tensor": value.name, "override": value.meta.get("override")}

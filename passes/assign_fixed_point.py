@@ -33,21 +33,22 @@ import numpy as np
 from qcc.passes.calibrate import Calibration
 from qcc.passes.quantreport import activation_entry, parameter_entry, positive_part, without_zeros
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
     CONV_OPS,
+    RangeMethod,
     UnionFind,
-    calibration,
+    activations_option,
     check_choices,
-    check_finite_params,
-    clear_decision,
     is_float,
     is_param,
+    keep_unmarked_float,
     note_once,
     param_data,
+    percentile_option,
     pinned,
     relu_only,
     set_float,
     sharing_classes,
+    start_annotation,
     weight_uses,
 )
 
@@ -67,11 +68,6 @@ FLOAT = 0  # width of a value kept in float
 SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and nnb Add inputs share positions"
 
 
-def _percent(_: object, attribute: object, value: float) -> None:
-    if not 0.0 < value <= 100.0:
-        raise ValueError(f"percentile must be in (0, 100], got {value}")
-
-
 @attrs.frozen
 class AssignFixedPoint(Pass):
     """Fixed-point types and positions for every tensor, honouring the target's (nnb) rules."""
@@ -81,16 +77,14 @@ class AssignFixedPoint(Pass):
 
     bits: Literal[8, 16] = attrs.field(default=8, metadata={"help": "activation (and default) width"})
     weight_bits: Literal[8, 16] | None = attrs.field(default=None, metadata={"help": "weight width (none = bits)"})
-    method: Literal["minmax", "percentile", "entropy", "mse"] = attrs.field(
-        default="mse", metadata={"help": "activation position criterion on the histogram"})
-    percentile: float = attrs.field(default=99.99, validator=_percent, metadata={"help": "for method=percentile"})
+    method: RangeMethod = attrs.field(default="mse", metadata={"help": "activation position criterion on the histogram"})
+    percentile: float = percentile_option()
     param_method: Literal["mse", "maxabs", "nnabla"] = attrs.field(
         default="mse", metadata={"help": "parameter position criterion (exact values)"})
     target: Literal["nnb", "generic"] = attrs.field(default="nnb", metadata={"help": "rules to honour"})
     rounding: Literal["auto", "trunc", "half_even"] = attrs.field(
         default="auto", metadata={"help": "activation rounding (auto: trunc for nnb)"})
-    activations: Literal["all", "marked"] = attrs.field(
-        default="all", metadata={"help": "all activations, or only Quantize outputs"})
+    activations: Literal["all", "marked"] = activations_option()
 
     @property
     def act_rounding(self) -> str:
@@ -106,19 +100,12 @@ class AssignFixedPoint(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        calib = calibration(model, self.name)
-        check_finite_params(model)
+        calib = start_annotation(model, self)
         graph = model.graph
-        model.products[ASSIGN_PRODUCT] = self
-        for value in graph.values():
-            clear_decision(value)
         values = [v for v in graph.values() if is_float(v)]
         self._check_pins(values)
         if self.activations == "marked":
-            for v in values:
-                p = v.producer()
-                if not pinned(v) and not is_param(v) and (p is None or p.op != "Quantize"):
-                    set_float(v, "not marked by insert-quantize (activations=marked)")
+            keep_unmarked_float(values)
         widths = self._widths(graph, values, ctx)
         positions, classes = self._positions(graph, values, widths, calib)
         self._annotate(graph, values, widths, positions, classes, calib)

@@ -25,18 +25,19 @@ import numpy as np
 from qcc.passes.calibrate import Calibration
 from qcc.passes.quantreport import activation_entry, parameter_entry, without_zeros
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
-    calibration,
+    RangeMethod,
+    activations_option,
     check_choices,
-    check_finite_params,
-    clear_decision,
     is_float,
     is_param,
+    keep_unmarked_float,
     param_data,
+    percentile_option,
     pinned,
     relu_only,
     set_float,
     sharing_classes,
+    start_annotation,
     weight_axis,
     weight_uses,
 )
@@ -51,11 +52,6 @@ from qcc.quant.stats import TensorStats
 ARITH_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Quantize"})
 
 
-def _percent(_: object, attribute: object, value: float) -> None:
-    if not 0.0 < value <= 100.0:
-        raise ValueError(f"percentile must be in (0, 100], got {value}")
-
-
 @attrs.frozen
 class QuantizeAffine(Pass):
     """Affine int8/uint8 annotations: activations per tensor, weights per channel, int32 bias."""
@@ -68,30 +64,21 @@ class QuantizeAffine(Pass):
     per_channel: bool = attrs.field(default=True, metadata={"help": "per-output-channel weight scales"})
     symmetric: bool = attrs.field(default=False, metadata={"help": "symmetric activation ranges"})
     weight_symmetric: bool = attrs.field(default=True, metadata={"help": "symmetric weight ranges"})
-    method: Literal["minmax", "percentile", "entropy", "mse"] = attrs.field(
-        default="minmax", metadata={"help": "activation range estimator"})
-    percentile: float = attrs.field(default=99.99, validator=_percent, metadata={"help": "for method=percentile"})
+    method: RangeMethod = attrs.field(default="minmax", metadata={"help": "activation range estimator"})
+    percentile: float = percentile_option()
     weight_bits: Literal[8, 7] = attrs.field(default=8, metadata={"help": "7 = ORT reduce_range"})
-    activations: Literal["all", "marked"] = attrs.field(
-        default="all", metadata={"help": "all activations, or only Quantize outputs"})
+    activations: Literal["all", "marked"] = activations_option()
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        calib = calibration(model, self.name)
-        check_finite_params(model)
+        calib = start_annotation(model, self)
         graph = model.graph
-        model.products[ASSIGN_PRODUCT] = self
-        for value in graph.values():
-            clear_decision(value)
         acts = [v for v in graph.values() if is_float(v) and not is_param(v) and not pinned(v)]
         if self.activations == "marked":
-            marked = [v for v in acts if (p := v.producer()) is not None and p.op == "Quantize"]
-            for value in acts:
-                if value not in marked:
-                    set_float(value, "not marked by insert-quantize (activations=marked)")
-            acts = marked
+            keep_unmarked_float(acts)
+            acts = [v for v in acts if v.quant is None]
         same = lambda a, b: a.meta.get("affine_dtype") == b.meta.get("affine_dtype")  # noqa: E731
         for members in sharing_classes(graph, acts, same).classes():
             self._annotate_class(members, calib, graph)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
+import attrs
 import numpy as np
 
 from qcc.errors import InvalidInputError, UsageError
@@ -169,6 +170,25 @@ def calibration(model: Model, who: str) -> Any:
     return calib
 
 
+def start_annotation(model: Model, annotation_pass: Any) -> Any:
+    """Common start of quantize-affine / assign-fixed-point: their statistics, finite parameters,
+    previous (non-pinned) decisions forgotten, and the pass recorded for `sensitivity`."""
+    calib = calibration(model, annotation_pass.name)
+    check_finite_params(model)
+    model.products[ASSIGN_PRODUCT] = annotation_pass
+    for value in model.graph.values():
+        clear_decision(value)
+    return calib
+
+
+def keep_unmarked_float(values: Iterable[Value]) -> None:
+    """activations=marked: every activation that is not a Quantize output stays float."""
+    for v in values:
+        producer = v.producer()
+        if not pinned(v) and not is_param(v) and (producer is None or producer.op != "Quantize"):
+            set_float(v, "not marked by insert-quantize (activations=marked)")
+
+
 def match_globs(patterns: Iterable[str], name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
@@ -209,8 +229,6 @@ def check_choices(options: Any) -> None:
     checks Python callers too). Call from __attrs_post_init__."""
     import typing
 
-    import attrs
-
     hints = typing.get_type_hints(type(options))
     for field in attrs.fields(type(options)):
         value = getattr(options, field.name)
@@ -220,6 +238,23 @@ def check_choices(options: Any) -> None:
         choices = [c for a in args if typing.get_origin(a) is typing.Literal for c in typing.get_args(a)]
         if choices and value not in choices and not (value is None and type(None) in typing.get_args(hint)):
             raise ValueError(f"option {field.name} must be one of {'|'.join(map(str, choices))}, not {value!r}")
+
+
+RangeMethod = Literal["minmax", "percentile", "entropy", "mse"]
+"""The --method choices, shared by quantize-affine and assign-fixed-point."""
+
+
+def _percent(_: object, attribute: object, value: float) -> None:
+    if not 0.0 < value <= 100.0:
+        raise ValueError(f"percentile must be in (0, 100], got {value}")
+
+
+def percentile_option() -> Any:
+    return attrs.field(default=99.99, validator=_percent, metadata={"help": "for method=percentile"})
+
+
+def activations_option() -> Any:
+    return attrs.field(default="all", metadata={"help": "all activations, or only Quantize outputs"})
 
 
 def pinned(value: Value) -> bool:

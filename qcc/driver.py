@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from qcc.errors import UsageError
+from qcc.errors import DECODE_ERRORS, InvalidInputError, QccError, UsageError
 from qcc.ir.core import Model
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
@@ -67,7 +67,13 @@ def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **opti
         raise UsageError(f"{text}: no such file")
     fe = frontend_for(text, frontend)
     clean = {k: v for k, v in options.items() if v is not None}
-    return fe.load(text, **clean)  # type: ignore[no-any-return]
+    try:
+        return fe.load(text, **clean)  # type: ignore[no-any-return]
+    except QccError:
+        raise
+    except DECODE_ERRORS as exc:  # what corrupt bytes raise in any reader, named by file here
+        raise InvalidInputError(f"{text}: not a readable {fe.name} model: {type(exc).__name__}: "
+                                f"{str(exc)[:300]}") from None
 
 
 def default_pipeline(scheme: str, backend: Any, opts: CompileOptions) -> str:

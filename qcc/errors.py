@@ -6,6 +6,10 @@ internal 70. Every message names the file and, where there is one, the node/op/t
 
 from __future__ import annotations
 
+import struct
+import zipfile
+import zlib
+
 
 class QccError(Exception):
     """Base of every error qcc raises on purpose."""
@@ -52,3 +56,11 @@ class VerificationError(InternalError):
         shown = "; ".join(problems[:20])
         more = f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""
         super().__init__(f"{head}IR verification failed with {len(problems)} problem(s): {shown}{more}")
+
+
+# What corrupt bytes raise inside decoders qcc calls (zip, zlib, struct, text decoding, deep
+# nesting). The model loader turns these into InvalidInputError naming the file; any other
+# exception escaping a reader is a bug and is reported as an internal error.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, UnicodeError, RecursionError,
+)

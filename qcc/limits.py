@@ -73,6 +73,15 @@ def check_elements(count: int, what: str, source: str) -> None:
                                 "(raise it with --limit max_tensor_elements=N)")
 
 
+def check_tensor(count: int, itemsize: int, what: str, source: str) -> None:
+    """A tensor qcc is about to materialize: its elements and its bytes (as one parameter)."""
+    check_elements(count, what, source)
+    limit = current().max_parameter_bytes
+    if count * itemsize > limit:
+        raise InvalidInputError(f"{source}: {what} would take {count * itemsize} bytes, over the limit of {limit} "
+                                "(raise it with --limit max_parameter_bytes=N)")
+
+
 def check_count(kind: str, count: int, limit: int, source: str) -> None:
     if count > limit:
         raise InvalidInputError(f"{source}: {count} {kind}, over the limit of {limit}")

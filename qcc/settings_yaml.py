@@ -146,8 +146,11 @@ def parse_type(text: Any, value: Value, where: str) -> tuple[QuantType, bool]:
 def _load(text: str, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     import yaml
 
+    # libyaml's parser when present: same safe constructor, linear on deep nesting (which the pure
+    # Python parser takes seconds to refuse) and a nesting limit of its own
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader: no Python objects
     except yaml.YAMLError as exc:
         raise InvalidInputError(f"{source}: not valid YAML: {str(exc)[:300]}") from None
     except RecursionError:

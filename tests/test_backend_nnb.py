@@ -392,6 +392,40 @@ def test_rules_adjust_qcc_positions_and_refuse_pinned_ones(tmp_path: Path) -> No
         build_nnb(_dense_model(4, 2, 9, pinned=True))
 
 
+def _add_model(pinned: bool) -> Model:
+    g = Graph("add")
+    x = g.add_input("x", TensorType("float32", ("N", 8)))
+    r = g.add("Relu", x, name="relu")
+    y = g.add("Add", x, r, name="add")
+    g.outputs = [y]
+    for value, frac in ((x, 10), (r, 12), (y, 10)):
+        value.quant = FixedPoint(16, frac)
+    r.meta["pinned"] = pinned
+    return Model(g)
+
+
+def test_add_inputs_end_up_at_one_position(tmp_path: Path) -> None:
+    """qcc's own position moves to the coarser one; a pinned one is converted by an Identity
+    (exactly what the simulator's Add computes, without the runtime's in-place rescale)."""
+    x = np.random.RandomState(2).uniform(-20, 20, (5, 8)).astype(np.float32)
+    model = _add_model(pinned=False)
+    result = build_nnb(model)
+    assert model.graph.nodes[0].outputs[0].quant == FixedPoint(16, 10)
+    assert [read_kind(result.nnb, f) for f in result.nnb.functions] == ["ReLU", "Add2"]
+    pinned = _add_model(pinned=True)
+    path = tmp_path / "add.nnb"
+    path.write_bytes(build_nnb(pinned).data)
+    nnb = read_nnb(path.read_bytes(), str(path))
+    assert [read_kind(nnb, f) for f in nnb.functions] == ["ReLU", "Identity", "Add2"]
+    np.testing.assert_array_equal(_emulate(path, [x])[0], _stored(pinned, {"x": x})[0])
+
+
+def read_kind(nnb: NnbFile, fn: Any) -> str:
+    spec = default_table().by_id(fn.type_id, nnb.api_level)
+    assert spec is not None
+    return spec.name
+
+
 def test_api_levels_and_versions(tmp_path: Path, digits: dict) -> None:
     """Older levels drop trailing arguments (BatchNormalization before no_scale/no_bias); the
     header says what was asked; version 2 counts buffer elements."""

@@ -3,10 +3,7 @@ contents that match nnabla's parameters, and a reader that rejects every corrupt
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +23,8 @@ from qcc.backends.nnb.format import (
 )
 
 from qcc.errors import InternalError, InvalidInputError, UnsupportedError
+
+from .nnb_util import nnabla_cli as _nnabla_cli
 
 nn = pytest.importorskip("nnabla")
 
@@ -91,29 +90,6 @@ def _build_networks(d: Path) -> dict[str, dict[str, np.ndarray]]:
     _save(d / "ks.nnp", x, y)
     params["ks"] = _params()
     return params
-
-
-# Runs nnabla_cli's own entry point once per command line inside one interpreter. nnabla
-# rebuilds its function table through a YAML round trip on every conversion (about 2 s of
-# pure-Python YAML); the result never changes, so the batch computes it once.
-_CLI_BATCH = """
-import copy, functools, json, sys
-import nnabla.utils.converter as conv
-from nnabla.utils.cli.cli import main
-info = functools.lru_cache(maxsize=None)(conv.get_function_info)
-conv.get_function_info = lambda: copy.deepcopy(info())
-for argv in json.loads(sys.argv[1]):
-    sys.argv = ["nnabla_cli", *argv]
-    main()
-"""
-
-
-def _nnabla_cli(*commands: list[str]) -> None:
-    run = subprocess.run(
-        [sys.executable, "-c", _CLI_BATCH, json.dumps(commands)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 # name -> (network, extra nnabla_cli convert options, settings: variable-type rewrite or None)

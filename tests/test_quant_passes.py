@@ -254,3 +254,45 @@ def test_sensitivity_keeps_the_best_model_and_needs_an_annotation_pass() -> None
         assert node.outputs[0].name in floats
     with pytest.raises(UsageError, match="annotation pass"):
         compile_digits("fold-bn,calibrate,sensitivity")
+
+
+def test_settings_yaml_pins_and_notes_unknown_names(tmp_path: Any) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("functions: {}\nvariables:\n  relu1: FIXED8_4\n  Convolution_9_Output: FLOAT32\n")
+    calib, _, _ = _data()
+    model = digits()
+    ctx = PassContext(calib_data=calib, options={"settings": str(settings)})
+    PassManager("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}").run(model, ctx)
+    assert by_name(model)["relu1"].quant == FixedPoint(8, 4)
+    assert {"pattern": "Convolution_9_Output", "source": str(settings), "matched": 0} in ctx.report["overrides"]
+
+
+def test_quantize_nodes_on_weights_get_per_channel_annotations() -> None:
+    model, _ = compile_digits("fold-bn,insert-quantize{after=Relu,weights=true},calibrate,quantize-affine")
+    conv2 = next(n for n in model.graph.nodes if n.name == "conv2")
+    w = conv2.input(1)
+    assert w.producer().op == "Quantize"  # type: ignore[union-attr]
+    assert isinstance(w.quant, Affine) and w.quant.axis == 0 and len(w.quant.scale) == 16
+    assert w.producer().input(0).quant == w.quant  # type: ignore[union-attr]  # the constant too
+    assert accuracy(model, True) >= float_accuracy() - 0.01
+
+
+def test_default_pipelines() -> None:
+    from types import SimpleNamespace
+
+    from qcc.pipelines import default_pipeline
+
+    opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=(), settings=None)
+    assert default_pipeline("none", "onnx", opts) == ""
+    assert default_pipeline("uint8", "onnx-qdq", opts) == \
+        "fold-bn,calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
+    assert default_pipeline("fixed8", "nnb", opts).endswith("{bits=8,weight_bits=8,method=mse,target=nnb}")
+    assert "target=generic" in default_pipeline("fixed16", "onnx-qdq", opts)
+    assert default_pipeline("binary-connect", "nnb", opts) == "binarize-weights{mode=binary-connect}"
+    with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
+                                        "method": "entropy"})
+    assert default_pipeline("int8", "onnx", with_overrides) == \
+        "fold-bn,apply-overrides,calibrate,quantize-affine{dtype=int8,per_channel=false,method=entropy}"
+    for scheme in ("int8", "uint8", "fixed8", "fixed16", "fixed8-16"):
+        with pytest.raises(UsageError, match="--calib"):
+            default_pipeline(scheme, "onnx", SimpleNamespace(**{**vars(opts), "calib": None}))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from qcc.backends.c.ctype import FLOAT as FLOAT_T
 from qcc.backends.c.ctype import CType
 
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -21,11 +22,11 @@ static int32_t qcc_sat(int64_t v, int32_t lo, int32_t hi)
 }
 """, ()),
     "shift": ("""
-/* v * 2^-n: C division truncates toward zero; n < 0 multiplies. */
+/* v * 2^-n truncated toward zero (C division by 2^n, done with unsigned shifts); n < 0 multiplies. */
 static int64_t qcc_shift(int64_t v, int n)
 {
     if (n > 0) {
-        return v / ((int64_t)1 << n);
+        return v >= 0 ? (int64_t)((uint64_t)v >> n) : -(int64_t)((uint64_t)-v >> n);
     }
     if (n < 0) {
         return v * ((int64_t)1 << -n);
@@ -159,6 +160,9 @@ typedef struct {
 } qcc_perm_t;
 """, ()),
     "conv_t": ("""
+#define QCC_CHUNK 32 /* output positions per row chunk (stack accumulators) */
+#define QCC_SPAN 32 /* widest (kw - 1) * dilation served by the zero-padded row buffer */
+
 typedef struct {
     int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;
 } qcc_conv_t;
@@ -213,66 +217,8 @@ def _scale_params(x: CType, y: CType) -> list[str]:
 
 
 def conv_f32(ks: KernelSet) -> str:
-    """Direct convolution accumulating whole output rows (the inner loop vectorizes)."""
-    return ks.kernel("qcc_conv_f32", lambda: """
-static void qcc_conv_f32(const float *x, const float *w, const float *b, float *y, const qcc_conv_t *p)
-{
-    const int cg = p->c / p->group;
-    const int og = p->o / p->group;
-    const long plane = (long)p->oh * p->ow;
-    int n, o, ic, ky, kx, oy, ox;
-    long i;
-    for (n = 0; n < p->n; ++n) {
-        for (o = 0; o < p->o; ++o) {
-            float *yo = y + ((long)n * p->o + o) * plane;
-            const int g = o / og;
-            const float bias = b != NULL ? b[o] : 0.0f;
-            for (i = 0; i < plane; ++i) {
-                yo[i] = bias;
-            }
-            for (ic = 0; ic < cg; ++ic) {
-                const float *xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
-                const float *wc = w + ((long)o * cg + ic) * p->kh * p->kw;
-                for (ky = 0; ky < p->kh; ++ky) {
-                    for (kx = 0; kx < p->kw; ++kx) {
-                        const float wv = wc[ky * p->kw + kx];
-                        const int dx = kx * p->dw - p->pw;
-                        int ox0 = 0;
-                        int ox1 = p->ow;
-                        while (ox0 < ox1 && ox0 * p->sw + dx < 0) {
-                            ++ox0;
-                        }
-                        while (ox1 > ox0 && (ox1 - 1) * p->sw + dx >= p->w) {
-                            --ox1;
-                        }
-                        for (oy = 0; oy < p->oh; ++oy) {
-                            const int iy = oy * p->sh + ky * p->dh - p->ph;
-                            const float *xr;
-                            float *yr;
-                            if (iy < 0 || iy >= p->h) {
-                                continue;
-                            }
-                            xr = xc + (long)iy * p->w;
-                            yr = yo + (long)oy * p->ow;
-                            if (p->sw == 1) {
-                                for (ox = ox0; ox < ox1; ++ox) {
-                                    const float t = xr[ox + dx] * wv;
-                                    yr[ox] += t;
-                                }
-                            } else {
-                                for (ox = ox0; ox < ox1; ++ox) {
-                                    const float t = xr[ox * p->sw + dx] * wv;
-                                    yr[ox] += t;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-""", ("conv_t",))
+    return ks.kernel("qcc_conv_f32", lambda: _conv_source("qcc_conv_f32", FLOAT_T, FLOAT_T, FLOAT_T),
+                     ("conv_t",))
 
 
 def dense_f32(ks: KernelSet) -> str:
@@ -337,64 +283,152 @@ static void qcc_lrn_f32(const float *x, float *y, int n, int c, long inner, int 
 
 
 def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
-    """Per output: sum each input channel in int64, truncate, saturating running total; bias."""
     name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
-    acc = "int32_t" if x.bits == 8 and w.bits == 8 else "int64_t"
-    return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *x, const {w.name} *w, const {y.name} *b, {y.name} *y,
-    const qcc_conv_t *p, int shift)
+    return ks.kernel(name, lambda: _conv_source(name, x, w, y), ("conv_t", "sat", "shift", "sat_add"))
+
+
+def _conv_source(name: str, x: CType, w: CType, y: CType) -> str:
+    """Direct convolution over chunks of one output row for up to 4 output channels at once.
+
+    Float: accumulate every tap into the chunk. Fixed (qcc.sim.fixed.conv_kernel): per input
+    channel sum the taps exactly, truncate by 2**shift, add to the saturated running total; then
+    the bias with the runtime's saturating add.
+    """
+    fixed = y.is_int
+    acc = "float" if not fixed else ("int32_t" if x.bits == 8 and w.bits == 8 else "int64_t")
+    target = "s" if fixed else "acc"
+    if fixed:
+        decl = f"int32_t total[4][QCC_CHUNK];\n                    {acc} s[4][QCC_CHUNK];"
+        init = "total[q][j] = 0;"
+        per_ic = """for (q = 0; q < nb; ++q) {
+                            for (j = 0; j < QCC_CHUNK; ++j) {
+                                s[q][j] = 0;
+                            }
+                        }"""
+        per_ic_end = f"""for (q = 0; q < nb; ++q) {{
+                            for (j = 0; j < QCC_CHUNK; ++j) {{
+                                total[q][j] = qcc_sat((int64_t)total[q][j] + qcc_shift(s[q][j], shift), {y.lo}, {y.hi});
+                            }}
+                        }}"""
+        store = f"""int32_t t = total[q][j];
+                            if (b != NULL) {{
+                                t = qcc_sat_add(t, b[o + q], {y.bits});
+                            }}
+                            yr[j] = ({y.name})t;"""
+        extra = ", int shift"
+    else:
+        decl = "float acc[4][QCC_CHUNK];"
+        init = "acc[q][j] = b != NULL ? b[o + q] : 0.0f;"
+        per_ic = per_ic_end = ""
+        store = "yr[j] = acc[q][j];"
+        extra = ""
+    taps4 = "\n".join(f"                                        {target}[{q}][j] += xv * w{q};" for q in range(4))
+    return f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
+    {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
 {{
     const int cg = p->c / p->group;
     const int og = p->o / p->group;
-    int n, o, oy, ox, ic, ky, kx;
+    const long ks = (long)p->kh * p->kw;
+    const int span = (p->kw - 1) * p->dw;
+    const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
+    int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
     for (n = 0; n < p->n; ++n) {{
-        for (o = 0; o < p->o; ++o) {{
+        for (o = 0; o < p->o; o += nb) {{
             const int g = o / og;
-            const {w.name} *wo = w + (long)o * cg * p->kh * p->kw;
-            {y.name} *yo = y + ((long)n * p->o + o) * p->oh * p->ow;
+            nb = o % og + 4 <= og ? 4 : 1;
             for (oy = 0; oy < p->oh; ++oy) {{
-                const int y0 = oy * p->sh - p->ph;
-                int ky0 = 0;
-                int ky1 = p->kh;
-                while (ky0 < ky1 && y0 + ky0 * p->dh < 0) {{
-                    ++ky0;
-                }}
-                while (ky1 > ky0 && y0 + (ky1 - 1) * p->dh >= p->h) {{
-                    --ky1;
-                }}
-                for (ox = 0; ox < p->ow; ++ox) {{
-                    const int x0 = ox * p->sw - p->pw;
-                    int kx0 = 0;
-                    int kx1 = p->kw;
-                    int32_t total = 0;
-                    while (kx0 < kx1 && x0 + kx0 * p->dw < 0) {{
-                        ++kx0;
-                    }}
-                    while (kx1 > kx0 && x0 + (kx1 - 1) * p->dw >= p->w) {{
-                        --kx1;
+                const int iy0 = oy * p->sh - p->ph;
+                for (c0 = 0; c0 < p->ow; c0 += QCC_CHUNK) {{
+                    const int c1 = c0 + QCC_CHUNK < p->ow ? c0 + QCC_CHUNK : p->ow;
+                    {decl}
+                    for (q = 0; q < nb; ++q) {{
+                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                            {init}
+                        }}
                     }}
                     for (ic = 0; ic < cg; ++ic) {{
                         const {x.name} *xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
-                        const {w.name} *wc = wo + (long)ic * p->kh * p->kw;
-                        {acc} s = 0;
-                        for (ky = ky0; ky < ky1; ++ky) {{
-                            const {x.name} *xr = xc + (long)(y0 + ky * p->dh) * p->w;
-                            for (kx = kx0; kx < kx1; ++kx) {{
-                                s += ({acc})xr[x0 + kx * p->dw] * wc[ky * p->kw + kx];
+                        const {w.name} *wc = w + ((long)o * cg + ic) * ks;
+                        {per_ic}
+                        for (ky = 0; ky < p->kh; ++ky) {{
+                            const int iy = iy0 + ky * p->dh;
+                            const {x.name} *xr;
+                            if (iy < 0 || iy >= p->h) {{
+                                continue;
+                            }}
+                            xr = xc + (long)iy * p->w;
+                            if (rowbuf) {{
+                                /* stride 1: fixed-length loops over the chunk's input row, read in
+                                   place when it lies inside the row, else from a zero-padded copy */
+                                {x.name} rb[QCC_CHUNK + QCC_SPAN];
+                                const int lo = c0 - p->pw;
+                                const {x.name} *row = rb;
+                                if (lo >= 0 && lo + QCC_CHUNK + span <= p->w) {{
+                                    row = xr + lo;
+                                }} else {{
+                                    const int t0 = lo < 0 ? (-lo < QCC_CHUNK + span ? -lo : QCC_CHUNK + span) : 0;
+                                    const int t1 = p->w - lo < QCC_CHUNK + span ? p->w - lo : QCC_CHUNK + span;
+                                    for (t = 0; t < t0; ++t) {{
+                                        rb[t] = 0;
+                                    }}
+                                    for (t = t0; t < t1; ++t) {{
+                                        rb[t] = xr[lo + t];
+                                    }}
+                                    for (t = t1 > t0 ? t1 : t0; t < QCC_CHUNK + span; ++t) {{
+                                        rb[t] = 0;
+                                    }}
+                                }}
+                                for (kx = 0; kx < p->kw; ++kx) {{
+                                    const {x.name} *r = row + kx * p->dw;
+                                    const {w.name} *wt = wc + ky * p->kw + kx;
+                                    if (nb == 4) {{
+                                        const {acc} w0 = wt[0];
+                                        const {acc} w1 = wt[cg * ks];
+                                        const {acc} w2 = wt[2 * cg * ks];
+                                        const {acc} w3 = wt[3 * cg * ks];
+                                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                                            const {acc} xv = r[j];
+{taps4}
+                                        }}
+                                    }} else {{
+                                        const {acc} w0 = wt[0];
+                                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                                            {target}[0][j] += ({acc})r[j] * w0;
+                                        }}
+                                    }}
+                                }}
+                                continue;
+                            }}
+                            for (kx = 0; kx < p->kw; ++kx) {{
+                                const int off = kx * p->dw - p->pw;
+                                const {w.name} *wt = wc + ky * p->kw + kx;
+                                int j0 = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
+                                int j1 = off >= p->w ? 0 : (p->w - off + p->sw - 1) / p->sw;
+                                j0 = j0 > c0 ? j0 : c0;
+                                j1 = j1 < c1 ? j1 : c1;
+                                for (q = 0; q < nb; ++q) {{
+                                    const {acc} wq = wt[q * cg * ks];
+                                    for (j = j0; j < j1; ++j) {{
+                                        {target}[q][j - c0] += ({acc})xr[j * p->sw + off] * wq;
+                                    }}
+                                }}
                             }}
                         }}
-                        total = qcc_sat((int64_t)total + qcc_shift(s, shift), {y.lo}, {y.hi});
+                        {per_ic_end}
                     }}
-                    if (b != NULL) {{
-                        total = qcc_sat_add(total, b[o], {y.bits});
+                    for (q = 0; q < nb; ++q) {{
+                        {y.name} *yr = y + (((long)n * p->o + o + q) * p->oh + oy) * p->ow + c0;
+                        for (j = 0; j < c1 - c0; ++j) {{
+                            {store}
+                        }}
                     }}
-                    yo[(long)oy * p->ow + ox] = ({y.name})total;
                 }}
             }}
         }}
     }}
 }}
-""", ("conv_t", "sat", "shift", "sat_add"))
+"""
 
 
 def dense_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:

@@ -192,6 +192,12 @@ class Lowering:
         assert fixed is not None
         return fixed.frac
 
+    def shift(self, node: Node, n: int) -> str:
+        """A rescale by 2**-n as a kernel argument (the simulator's range)."""
+        if abs(n) > fx.MAX_SHIFT:
+            raise self.unsupported(node, f"fixed-point rescale by 2**{-n} is out of range")
+        return str(n)
+
     # ------------------------------------------------------------ dispatch
     def _lower(self, node: Node) -> Step:
         fn = LOWERINGS.get(node.op)
@@ -212,6 +218,8 @@ def _conv(lw: Lowering, node: Node) -> Step:
     o, _, kh, kw = w.type.shape
     geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
             node.attrs["group"]]
+    if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):  # pointwise: one long row, longer loops
+        geom[2:4], geom[5:7] = [1, xs[2] * xs[3]], [1, ys[2] * ys[3]]
     params = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
     if lw.mode == "float":
         fn = K.conv_f32(lw.kernels)
@@ -222,7 +230,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
     fn = K.conv_fixed(lw.kernels, cx, cw, cy)
     bias = _bias(lw, node, b, cy)
     shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
-    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, str(shift)))])
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, lw.shift(node, shift)))])
 
 
 def _bias(lw: Lowering, node: Node, b: Value | None, cy: CType) -> str:
@@ -252,7 +260,7 @@ def _dense(lw: Lowering, node: Node) -> Step:
     wt = lw.array(fx.quantize_param(w).T, cw, f"qcc_wt_{node.name}", f"{w.name} transposed (out, in)")
     shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
     fn = K.dense_fixed(lw.kernels, cx, cw, cy)
-    return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, str(shift)))])
+    return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, lw.shift(node, shift)))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:
@@ -272,7 +280,7 @@ def _pool(lw: Lowering, node: Node) -> Step:
         return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
     lw.require_dedicated(node)
     fn = (K.avgpool if average else K.maxpool)(lw.kernels, lw.ctype(x))
-    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, str(lw.frac(x) - lw.frac(y))))])
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, lw.shift(node, lw.frac(x) - lw.frac(y))))])
 
 
 def _unary(lw: Lowering, node: Node) -> Step:
@@ -281,7 +289,7 @@ def _unary(lw: Lowering, node: Node) -> Step:
     if lw.mode == "fixed":
         if node.op == "Relu" and fx.dedicated_problem(node) is None:
             fn = K.relu_fixed(lw.kernels, cx)
-            step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
+            step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), lw.shift(node, lw.frac(x) - lw.frac(y))))])
             step.inplace = (0,)
             return step
         if node.op not in (*FIXED_GENERIC_UNARY, "Relu"):
@@ -351,10 +359,10 @@ def _binary(lw: Lowering, node: Node) -> Step:
         lw.require_dedicated(node)
         fa, fb, fy = lw.frac(a), lw.frac(b), lw.frac(y)
         if node.op == "Mul":
-            args += ["0", "0", str(fa + fb - fy)]
+            args += ["0", "0", lw.shift(node, fa + fb - fy)]
         else:
             common = min(fa, fb)
-            args += [str(fa - common), str(fb - common), str(common - fy)]
+            args += [lw.shift(node, fa - common), lw.shift(node, fb - common), lw.shift(node, common - fy)]
         fn = K.binary(lw.kernels, node.op, lw.ctype(y))
     step = Step(node, [Call(fn, tuple(args))])
     step.inplace = tuple(i for i, v in enumerate((a, b))
@@ -397,7 +405,7 @@ def _concat(lw: Lowering, node: Node) -> Step:
         fn = K.concat_part(lw.kernels, cx, cy)
         args: list[Arg] = [lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset)]
         if cx.is_int:
-            args.append(str(cx.fixed.frac - lw.frac(y)))  # type: ignore[union-attr]
+            args.append(lw.shift(node, cx.fixed.frac - lw.frac(y)))  # type: ignore[union-attr]
         calls.append(Call(fn, tuple(args)))
         offset += inner
     return Step(node, calls)
@@ -409,7 +417,7 @@ def _view(lw: Lowering, node: Node) -> Step:
         return Step(node, alias=True)
     lw.require_dedicated(node)
     fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
-    step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), str(lw.frac(x) - lw.frac(y))))])
+    step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), lw.shift(node, lw.frac(x) - lw.frac(y))))])
     step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
 
@@ -427,7 +435,7 @@ def _transpose(lw: Lowering, node: Node) -> Step:
     args: list[Arg] = [lw.operand(x, node), Ptr(y), params]
     if lw.mode == "fixed":
         lw.require_dedicated(node)
-        args.append(str(lw.frac(x) - lw.frac(y)))
+        args.append(lw.shift(node, lw.frac(x) - lw.frac(y)))
     return Step(node, [Call(K.transpose(lw.kernels, lw.ctype(x), lw.ctype(y)), tuple(args))])
 
 

@@ -71,6 +71,11 @@ def _align4(n: int) -> int:
     return (n + 3) & ~3
 
 
+def _amount(n: int) -> str:
+    """A size for a message: corrupt shapes multiply to integers too long to print."""
+    return str(n) if n < 10**18 else "more than 10**18"
+
+
 @attrs.frozen
 class Variable:
     """A tensor: an activation living in `buffer`, or a parameter whose bytes are `data`.
@@ -198,7 +203,7 @@ def _variable_problems(var: Variable, nbuf: int) -> Iterable[str]:
         yield f"buffer {var.buffer} out of range (have {nbuf} buffers)"
     elif var.data is not None and len(var.data) != payload_size(var.dtype, var.size):
         want = payload_size(var.dtype, var.size)
-        yield f"parameter data is {len(var.data)} bytes; shape {var.shape} needs {want}"
+        yield f"parameter data is {len(var.data)} bytes; shape {var.shape} needs {_amount(want)}"
 
 
 def _function_problems(fn: Function, nnb: NnbFile, table: FunctionTable) -> Iterable[str]:
@@ -267,7 +272,7 @@ def _buffer_size_problems(nnb: NnbFile) -> Iterable[str]:
         have = nnb.buffers[var.buffer] * unit
         need = activation_size(var.dtype, var.size)
         if need > have:
-            yield f"variable {n} needs {need} bytes but buffer {var.buffer} holds {have}"
+            yield f"variable {n} needs {_amount(need)} bytes but buffer {var.buffer} holds {have}"
 
 
 # ----------------------------------------------------------------------------- writing
@@ -381,7 +386,7 @@ class _Reader:
             self.fail(f"{what} (slot {slot}) starts at unaligned offset {offset}")
         if offset + _align4(nbytes) > self.size:
             self.fail(
-                f"{what} (slot {slot}) needs {nbytes} bytes at offset {offset}, "
+                f"{what} (slot {slot}) needs {_amount(nbytes)} bytes at offset {offset}, "
                 f"past the end of the {self.size}-byte data area"
             )
         return self.base + offset

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
+from qcc import limits
 from qcc.errors import InvalidInputError, UsageError
 
 from .format import ArgValue, DataType, NnbFile, activation_size, read_nnb
 from .functions import default_table
 from .program import BITS
-
-MAX_FILE_BYTES = 1 << 31
 
 
 def type_name(dtype: DataType, fp_pos: int) -> str:
@@ -62,16 +62,13 @@ def _arg(value: ArgValue, choices: tuple[str, ...]) -> Any:
 def inspect_nnb(path: str | os.PathLike[str], as_json: bool = False) -> dict[str, Any]:
     """Decode `path` (InvalidInputError on any inconsistency) and print a table unless as_json."""
     source = os.fspath(path)
+    if not os.path.isfile(source):
+        raise UsageError(f"{source}: no such file")
     try:
-        size = os.path.getsize(source)
-        if size > MAX_FILE_BYTES:
-            raise InvalidInputError(f"{source}: {size} bytes is larger than a .nnb can be ({MAX_FILE_BYTES})")
-        with open(source, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise UsageError(f"{source}: no such file") from None
+        limits.check_count("bytes", os.path.getsize(source), limits.current().max_file_bytes, source)
+        data = Path(source).read_bytes()
     except OSError as exc:
-        raise InvalidInputError(f"{source}: cannot read: {exc}") from None
+        raise InvalidInputError(f"{source}: cannot read: {exc.strerror or exc}") from None
     info = describe_nnb(read_nnb(data, source), len(data))
     if not as_json:
         print_table(source, info)

@@ -3,8 +3,8 @@
 The runtime computes garbage, crashes, or corrupts its own model when these do not hold
 (docs/nnb-runtime-semantics.md). Lowering already makes every file correct where an exact
 rewrite exists (lower.py: one type per Convolution/Affine kernel, the bias stored at the output's
-position, Add2/Sub2 inputs brought to one position); here qcc-chosen annotations are changed so
-those rewrites are not needed, and the rules without an exact rewrite are enforced:
+position, a pinned Add2/Sub2 input converted to the other's position); here a qcc-chosen Add2/Sub2
+position is moved instead, and the rules without an exact rewrite are enforced:
 - bias position == output position in the fixed Affine/Convolution kernels (greater: the kernel
   divides the stored bias again on every forward; smaller: the forward fails);
 - output position <= input + weight positions (Affine, Convolution, Mul2, MulScalar) and
@@ -12,8 +12,8 @@ those rewrites are not needed, and the rules without an exact rewrite are enforc
 - Add2 / Sub2 inputs at one position (else the kernel rescales one input in its own buffer and
   changes that variable's position for good);
 - AveragePooling should not raise the position (the upscale wraps; a pinned one is kept, qcc's
-  simulator wraps the same way); int8 rescales stay within
-  7 positions down and 8 up (a shift of 8 divides by zero, 7 by -128).
+  simulator wraps the same way); rescales drop at most 6 positions and raise at most 8 in int8
+  (a drop of 8 divides by zero, of 7 by -128) and drop at most 14 in int16.
 Where the offending type was chosen by qcc the annotation is changed (and reported); where the
 user pinned it (settings.yaml / --override: `meta['pinned']`) the write fails naming the tensors.
 """
@@ -33,7 +33,10 @@ from .lower import lower_model
 from .program import BITS, MAX_FP_POS, NFunc, NVar, Program
 
 Change = tuple[Value, QuantType, str]
-INT8_RESCALED = frozenset({"ReLU", "MaxPooling", "Reshape", "Transpose", "Add2", "Sub2", "AddScalar"})
+RESCALED = frozenset({"ReLU", "MaxPooling", "Reshape", "Transpose", "Add2", "Sub2", "AddScalar"})
+# rescale_fixed8/16: positions it may drop (a drop of 7 / 15 divides by -128 / -32768, of 8 by
+# zero) and raise (int8 scales up through an int16 product)
+RESCALE_RANGE = {8: (6, 8), 16: (14, 15)}
 MAX_ROUNDS = 8
 
 
@@ -90,11 +93,12 @@ def check_rules(program: Program) -> tuple[list[Change], list[str]]:
             # the upscale wraps; qcc's simulator reproduces that, so a pinned position stays
             _set(fn, out, ins[0].storage.fp_pos, "AveragePooling cannot raise the position (it wraps)",
                  changes, errors)
-        if bits == 8 and kind in INT8_RESCALED:
+        if kind in RESCALED:
+            down, up = RESCALE_RANGE[bits]
             source = min(v.storage.fp_pos for v in ins) if kind in ("Add2", "Sub2") else ins[0].storage.fp_pos
-            target = min(max(out.storage.fp_pos, source - 6), source + 8)
+            target = min(max(out.storage.fp_pos, source - down), source + up)
             if target != out.storage.fp_pos:
-                _set(fn, out, target, "int8 rescales must stay within 6 positions down and 8 up",
+                _set(fn, out, target, f"int{bits} rescales must stay within {down} positions down and {up} up",
                      changes, errors)
     return changes, errors
 

@@ -201,7 +201,7 @@ def _elidable_views(model: Model) -> set[int]:
         x, y = node.input(0), node.outputs[0]
         uses = y.uses()
         if (id(y) in outputs or not uses or x.is_const or y.type.rank != 2 or x.type.rank < 2
-                or x.type.shape[0] != y.type.shape[0] or x.quant != y.quant):
+                or x.type.shape[0] != y.type.shape[0] or storage_of(x) != storage_of(y)):
             continue
         if all(user.op == "Dense" and index == 0 for user, index in uses):
             out.add(id(node))
@@ -302,6 +302,15 @@ def _softmax(lw: Lowerer, node: Node) -> None:
 # ------------------------------------------------------------------------------ nn
 
 
+def _layer_operands(node: Node) -> tuple[Value, Value, Value | None]:
+    """x, a constant weight and an optional constant bias."""
+    x, w = node.input(0), node.input(1)
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    if not w.is_const or (b is not None and not b.is_const):
+        raise unsupported(node, "weight and bias must be constants")
+    return x, w, b
+
+
 def _one_type(lw: Lowerer, node: Node, xv: NVar, w: Value, b: Value | None,
               weight: Callable[[Storage | None], NVar]) -> tuple[list[NVar], Storage] | None:
     """Operands for the runtime's fixed Affine/Convolution kernel, which reads x, W, b and y as
@@ -329,10 +338,7 @@ def _one_type(lw: Lowerer, node: Node, xv: NVar, w: Value, b: Value | None,
 
 @lowering("Conv")
 def _conv(lw: Lowerer, node: Node) -> None:
-    x, w = node.input(0), node.input(1)
-    b = node.inputs[2] if len(node.inputs) > 2 else None
-    if not w.is_const or (b is not None and not b.is_const):
-        raise unsupported(node, "weight and bias must be constants")
+    x, w, b = _layer_operands(node)
     strides, pads, dil, group = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"], node.attrs["group"]
     pad = _pairs(node, pads)
     cin, cout = int(x.type.shape[1]), int(w.type.shape[0])
@@ -384,10 +390,7 @@ def _binary_conv(lw: Lowerer, node: Node, xv: NVar, w: Value, b: Value | None, a
 
 @lowering("ConvTranspose")
 def _deconv(lw: Lowerer, node: Node) -> None:
-    x, w = node.input(0), node.input(1)
-    b = node.inputs[2] if len(node.inputs) > 2 else None
-    if not w.is_const or (b is not None and not b.is_const):
-        raise unsupported(node, "weight and bias must be constants")
+    x, w, b = _layer_operands(node)
     if any(node.attrs["output_padding"]):
         raise unsupported(node, "output_padding is not supported by nnabla-c-runtime's Deconvolution")
     pad = _pairs(node, node.attrs["pads"])
@@ -404,10 +407,7 @@ def _transposed(w: np.ndarray) -> np.ndarray:
 
 @lowering("Dense")
 def _dense(lw: Lowerer, node: Node) -> None:
-    x, w = node.input(0), node.input(1)
-    b = node.inputs[2] if len(node.inputs) > 2 else None
-    if not w.is_const or (b is not None and not b.is_const):
-        raise unsupported(node, "weight and bias must be constants")
+    x, w, b = _layer_operands(node)
 
     def weight(storage: Storage | None) -> NVar:
         return lw.param(w, "affine", lw.shape(w), _transposed, storage)
@@ -542,7 +542,7 @@ def _binary(lw: Lowerer, node: Node) -> None:
 def _same_position(lw: Lowerer, node: Node, ins: list[NVar]) -> list[NVar]:
     """The fixed Add2/Sub2 kernel rescales the finer input in its own buffer and keeps the new
     position; give it both inputs at the coarser position instead (the simulator truncates the
-    finer one the same way). `legalize` avoids this for positions qcc chose."""
+    finer one the same way). A position qcc chose is left for `legalize` to change instead."""
     y = storage_of(node.outputs[0])
     if not y.is_fixed or any(v.storage.dtype != y.dtype for v in ins):
         return ins
@@ -550,13 +550,15 @@ def _same_position(lw: Lowerer, node: Node, ins: list[NVar]) -> list[NVar]:
     out = []
     for v, value in zip(ins, node.inputs):
         target = Storage(y.dtype, common)
-        if v.storage == target:
+        if v.storage == target or (v.source is not None and not v.pinned):
             out.append(v)
         elif v.is_param and value is not None:
             form = f"rank{len(v.shape)}" if v.shape != lw.shape(value) else ""
             out.append(lw.param(value, form, v.shape, _reshaper(v.shape), target))
         else:
             out.append(lw.convert(v, target, f"fp{common}"))
+            lw.program.notes.append(f"node {node.name!r}: {v.name!r} is pinned to {v.storage}; converted to "
+                                    f"{target} for {node.op} (nnabla-c-runtime adds inputs at one position)")
     return out
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from qcc.errors import InvalidInputError, UnsupportedError, UsageError
-from qcc.frontends.nnp_archive import NnpContents, function_args, read_nnp
+from qcc import limits
+from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError
+from qcc.frontends.nnp_archive import NnpContents, function_args, param_field, read_nnp
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
@@ -617,6 +618,34 @@ def _check_shapes(ctx: _Ctx) -> None:
                                    f"{want}; qcc does not reproduce this function's semantics")
 
 
+def _check_declared(ctx: _Ctx, network: Any) -> None:
+    """Declared shapes are checked against the limits before anything is built from them."""
+    for var in network.variable:
+        dims = [int(d) for d in var.shape.dim]
+        if any(d < -1 for d in dims):
+            raise InvalidInputError(f"{ctx.source}: variable {var.name!r} declares shape {dims}")
+        count = int(np.prod([1 if d == -1 else d for d in dims], dtype=np.float64))
+        limits.check_elements(count, f"variable {var.name!r}", ctx.source)
+
+
+# what a function with malformed arguments raises inside an importer (e.g. a Reshape carrying a
+# convolution_param, a kernel of the wrong length)
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError)
+
+
+def _import_function(ctx: _Ctx, f: Any) -> None:
+    carried = f.WhichOneof("parameter")
+    expected = param_field(f.type)
+    if carried is not None and carried != expected:
+        raise InvalidInputError(f"{ctx.where(f)}: carries {carried}, not the arguments of {f.type}")
+    try:
+        IMPORTERS[f.type](ctx, f, function_args(f))
+    except QccError:
+        raise
+    except MALFORMED as exc:
+        raise InvalidInputError(f"{ctx.where(f)}: malformed function: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
 def supported_functions() -> list[str]:
     return sorted(IMPORTERS)
 
@@ -634,6 +663,7 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
     if not contents.params and any(v.type == "Parameter" for v in net.variable):
         raise InvalidInputError(f"{source}: network {net.name!r} has parameters but the file holds none "
                                 f"(no parameter .h5/.protobuf among {contents.members})")
+    _check_declared(ctx, net)
     input_names, output_names = _io(ctx, net, exe)
     for name in input_names:
         if name not in ctx.declared:
@@ -645,12 +675,14 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
                 [d if isinstance(d, int) else 1 for d in ctx.dims(gen.variable_name)], gen.multiplier, np.float32))
             ctx.values[gen.variable_name] = const
     for f in _ordered(ctx, net, input_names):
-        IMPORTERS[f.type](ctx, f, function_args(f))
+        _import_function(ctx, f)
     for name in output_names:
         if name not in ctx.values:
             raise InvalidInputError(f"{source}: output variable {name!r} is never computed in network {net.name!r}")
         graph.outputs.append(ctx.values[name])
     _check_shapes(ctx)
+    for value in graph.values():
+        limits.check_elements(value.type.numel(), f"variable {value.name!r}", source)
     graph.cleanup()
     used = {id(v) for n in graph.nodes for v in n.inputs if v is not None} | {id(v) for v in graph.outputs}
     dropped = [v.name for v in graph.inputs if id(v) not in used]

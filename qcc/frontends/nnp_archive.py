@@ -13,16 +13,15 @@ import io
 import os
 import posixpath
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
 
+from qcc import limits
 from qcc.errors import InvalidInputError
-
-MAX_MEMBERS = 4096
-MAX_TOTAL_BYTES = 2 * 1024**3
 NETWORK_EXTS = (".nntxt", ".prototxt")
 PARAM_EXTS = (".h5", ".protobuf")
 
@@ -55,26 +54,31 @@ def _read_members(path: Path, max_members: int, max_total: int) -> dict[str, byt
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
             if len(infos) > max_members:
-                raise InvalidInputError(f"{source}: archive has {len(infos)} members (limit {max_members})")
+                raise InvalidInputError(f"{source}: archive has {len(infos)} members, over the limit of {max_members} "
+                                        "(--limit max_archive_members=N)")
             total = 0
             for info in infos:
                 _check_member_name(info.filename, source)
                 total += info.file_size
             if total > max_total:
-                raise InvalidInputError(
-                    f"{source}: archive would expand to {total} bytes (limit {max_total}); refusing it")
+                raise InvalidInputError(f"{source}: archive would expand to {total} bytes, over the limit of "
+                                        f"{max_total} (--limit max_archive_bytes=N); refusing it")
             members: dict[str, bytes] = {}
             for info in infos:
                 if info.is_dir():
                     continue
+                if info.filename in members:
+                    raise InvalidInputError(f"{source}: archive member {info.filename!r} appears twice")
                 with archive.open(info) as handle:
-                    data = handle.read(info.file_size + 1)
+                    data = handle.read(info.file_size + 1)  # inflates at most one byte past the header
                 if len(data) != info.file_size:
-                    raise InvalidInputError(f"{source}: member {info.filename!r} is larger than its header says")
+                    raise InvalidInputError(f"{source}: member {info.filename!r} does not hold the "
+                                            f"{info.file_size} bytes its header declares")
                 members[info.filename] = data
             return members
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
-        raise InvalidInputError(f"{source}: corrupt .nnp archive: {exc}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError, zlib.error, OSError,
+            RuntimeError, ValueError) as exc:  # RuntimeError: encrypted member; ValueError: bad header fields
+        raise InvalidInputError(f"{source}: corrupt .nnp archive: {type(exc).__name__}: {exc}") from None
 
 
 def _merge_text(proto: Any, text: bytes, where: str) -> None:
@@ -100,15 +104,24 @@ def _h5_params(data: bytes, where: str) -> dict[str, np.ndarray]:
     import h5py
 
     found: list[tuple[int, str, np.ndarray]] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if not isinstance(obj, h5py.Dataset):
+            return
+        if obj.dtype.kind not in "fiub":  # no strings, references, compounds or object data
+            raise InvalidInputError(f"{where}: parameter {name!r} has dtype {obj.dtype}")
+        # the declared shape is checked before reading: a chunked, compressed dataset can be a bomb
+        limits.check_tensor(int(np.prod(obj.shape, dtype=np.float64)), obj.dtype.itemsize, f"parameter {name!r}", where)
+        index = obj.attrs.get("index", len(found))
+        found.append((int(index) if np.ndim(index) == 0 else len(found), name, np.asarray(obj[...])))
+
     try:
         with h5py.File(io.BytesIO(data), "r") as handle:
-            def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    found.append((int(obj.attrs.get("index", len(found))), name, np.asarray(obj[...])))
-
             handle.visititems(visit)
-    except (OSError, ValueError, KeyError) as exc:
-        raise InvalidInputError(f"{where}: corrupt parameter .h5: {exc}") from None
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # libhdf5 reports a corrupt file with many exception types
+        raise InvalidInputError(f"{where}: corrupt parameter .h5: {type(exc).__name__}: {str(exc)[:300]}") from None
     return {name: array for _, name, array in sorted(found, key=lambda t: t[0])}
 
 
@@ -116,6 +129,9 @@ def _proto_params(proto: Any, where: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for p in proto.parameter:
         shape = tuple(int(d) for d in p.shape.dim)
+        if any(d < 0 for d in shape):
+            raise InvalidInputError(f"{where}: parameter {p.variable_name!r} has a negative dimension in {shape}")
+        limits.check_tensor(int(np.prod(shape, dtype=np.float64)), 4, f"parameter {p.variable_name!r}", where)
         data = np.asarray(p.data, dtype=np.float32)
         if data.size != int(np.prod(shape, dtype=np.int64)):
             raise InvalidInputError(
@@ -124,11 +140,17 @@ def _proto_params(proto: Any, where: str) -> dict[str, np.ndarray]:
     return out
 
 
-def read_nnp(path: str | os.PathLike[str], max_members: int = MAX_MEMBERS,
-             max_total_bytes: int = MAX_TOTAL_BYTES) -> NnpContents:
-    """Parse an .nnp archive or a bare .nntxt file into the merged proto and its parameters."""
+def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
+             max_total_bytes: int | None = None) -> NnpContents:
+    """Parse an .nnp archive or a bare .nntxt file into the merged proto and its parameters.
+
+    The member and size caps default to the `max_archive_members` / `max_archive_bytes` limits.
+    """
     from nnabla.utils import nnabla_pb2
 
+    lim = limits.current()
+    max_members = max_members or lim.max_archive_members
+    max_total_bytes = max_total_bytes or lim.max_archive_bytes
     source = Path(path)
     proto = nnabla_pb2.NNablaProtoBuf()
     params: dict[str, np.ndarray] = {}

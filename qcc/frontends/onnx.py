@@ -18,7 +18,7 @@ from qcc import limits
 from qcc.errors import InvalidInputError, QccError, UnsupportedError
 from qcc.io import quiet_native_stderr
 from qcc.ir.core import Graph, Model, Value
-from qcc.ir.types import TensorType
+from qcc.ir.types import DTYPES, TensorType
 from qcc.ir.verify import verify_model
 
 MIN_OPSET, MAX_OPSET = 9, 21
@@ -487,7 +487,8 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
-        limits.check_elements(int(np.prod(shape, dtype=np.float64)), f"node {node.name!r} (ConstantOfShape)", ctx.source)
+        limits.check_tensor(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize,
+                            f"node {node.name!r} (ConstantOfShape)", ctx.source)
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op in fast:
         result = fast[op]()
@@ -514,7 +515,7 @@ def _precheck_size(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> None:
             count = int(max(0.0, np.ceil((limit - start) / delta))) if delta else 1 << 62
     except (ValueError, TypeError, IndexError, OverflowError):
         raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
-    limits.check_elements(count, f"node {node.name!r} ({op})", ctx.source)
+    limits.check_tensor(count, np.asarray(ins[0]).dtype.itemsize, f"node {node.name!r} ({op})", ctx.source)
 
 
 def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
@@ -582,7 +583,17 @@ def _load_external(tensor: Any, path: Path) -> None:
         raise InvalidInputError(f"{path}: initializer {tensor.name!r} points outside the model's folder ({location!r})")
     if not target.is_file():
         raise InvalidInputError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
-    load_external_data_for_tensor(tensor, str(base))
+    size = target.stat().st_size
+    for key in ("offset", "length"):
+        text = info.get(key, "0")
+        if not text.isdigit() or int(text) > size:
+            raise InvalidInputError(f"{path}: initializer {tensor.name!r}: external data {key} {text[:40]!r} is not "
+                                    f"a position inside {location!r} ({size} bytes)")
+    try:
+        load_external_data_for_tensor(tensor, str(base))
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"{path}: initializer {tensor.name!r}: cannot read external data {location!r}: "
+                                f"{exc}") from None
 
 
 def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
@@ -593,6 +604,8 @@ def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
     except KeyError:
         raise InvalidInputError(f"{source}: input {name!r} has an unknown element type {tt.elem_type}") from None
+    if dtype not in DTYPES:
+        raise UnsupportedError(f"{source}: input {name!r} has element type {dtype}, which qcc does not handle")
     dims: list[int | str] = []
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value"):
@@ -611,7 +624,21 @@ def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: 
     return import_proto(proto, str(source), batch_size)
 
 
+# what malformed protobuf content raises inside onnx/numpy helpers (a qcc bug shows up elsewhere)
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, UnicodeError)
+
+
 def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
+    """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`."""
+    try:
+        return _import_proto(proto, source, batch_size)
+    except QccError:
+        raise
+    except MALFORMED as exc:
+        raise InvalidInputError(f"{source}: malformed ONNX model: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
     from onnx import numpy_helper
 
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -661,7 +688,7 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
             _import_node(ctx, g, node, source)
         except QccError:
             raise
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        except MALFORMED as exc:
             # hostile or malformed attributes: name the node instead of crashing
             raise InvalidInputError(
                 f"{source}: node {node.name!r} ({node.op_type}) is malformed: {type(exc).__name__}: {exc}") from None

@@ -19,8 +19,8 @@ from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model
 from qcc.ir.verify import register_model_check
 from qcc.plan.arena import ArenaPlan, plan_arena
+from qcc.plan.arena_search import search_arena
 from qcc.plan.bounds import lb_offsets, lb_shared, naive_size
-from qcc.plan.improve import improve_arena
 from qcc.plan.intervals import Buffer
 from qcc.plan.liveness import Storage, StorageOptions, compute_storage
 from qcc.plan.nnabla_policy import nnabla_shared_plan
@@ -134,7 +134,7 @@ def plan_storage(storage: Storage, options: PlanOptions, fingerprint: str = "") 
     shared_optimal = False
     if options.kind in ("arena", "both"):
         arena = plan_arena(buffers, alignment=options.alignment, time_budget=budget)
-        arena = improve_arena(buffers, arena, time_budget=budget)
+        arena = search_arena(buffers, arena, time_budget=budget)
     if options.kind in ("shared", "both"):
         shared = min((plan_shared(buffers), nnabla_shared_plan(buffers)), key=lambda p: p.total)
         shared, shared_optimal = search_shared(buffers, shared, time_budget=budget)

@@ -22,11 +22,10 @@ import heapq
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
 from qcc.plan.bounds import positional_maxima_arrays
 from qcc.plan.intervals import Buffer, IntervalArrays, as_arrays
 from qcc.plan.shared import SharedPlan, shared_plan_from_ids
+from qcc.plan.sweep import in_buffer_order, sweep_order
 
 
 class _OutOfTime(Exception):
@@ -107,7 +106,7 @@ def fit_objects(arr: IntervalArrays, caps: Sequence[int], deadline: float) -> li
         else:
             groups.append([obj])
     group_sizes = [-sizes[g[0]] for g in groups]
-    order = np.lexsort((np.arange(arr.n), -arr.sizes, arr.firsts)).tolist()
+    order = sweep_order(arr)
     firsts = arr.firsts[order].tolist()
     lasts = arr.lasts[order].tolist()
     # groups[:fits[p]] hold tensor p
@@ -155,10 +154,7 @@ def fit_objects(arr: IntervalArrays, caps: Sequence[int], deadline: float) -> li
         busy[obj] = lasts[p]
         chosen[p] = obj
         if p + 1 == n:
-            ids = [0] * n
-            for q, i in enumerate(order):
-                ids[i] = chosen[q]
-            return ids
+            return in_buffer_order(order, chosen)
         key = state(p + 1)
         if key not in failed:
             stack.append([p + 1, key, options(p + 1), -1])

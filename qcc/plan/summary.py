@@ -40,11 +40,11 @@ def plan_totals(plan: MemoryPlan) -> dict[str, Any]:
 
 def live_bytes_per_step(plan: MemoryPlan, steps: int) -> list[int]:
     """Sum of the live buffers at every step (its maximum is LB_off)."""
-    diff = np.zeros(steps + 1, dtype=np.int64)
+    diff = np.zeros(max(steps, 1) + 1, dtype=np.int64)
     for b in plan.buffers:
         diff[b.first] += b.size
         diff[b.last + 1] -= b.size
-    return np.cumsum(diff[:-1]).tolist()
+    return np.cumsum(diff[:steps]).tolist()  # type: ignore[no-any-return]
 
 
 def layer_rows(model: Model, plan: MemoryPlan, sizer: Sizer) -> list[dict[str, Any]]:

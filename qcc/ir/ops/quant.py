@@ -24,4 +24,5 @@ class Quantize(OpDef):
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         from qcc.sim.fakequant import apply_annotation
 
-        return [apply_annotation(xs[0], node.outputs[0].quant)]
+        out = node.outputs[0]
+        return [apply_annotation(xs[0], out.quant, out.meta.get("rounding", "half_even"))]

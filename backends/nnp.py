@@ -154,11 +154,11 @@ class NnpWriter:
 
         body = io.BytesIO()
         with zipfile.ZipFile(body, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("nnp_version.txt", f"{nnp_version()}\n")
-            archive.writestr("network.nntxt", text_format.MessageToString(self.proto))
+            archive.writestr(_member("nnp_version.txt"), f"{nnp_version()}\n")
+            archive.writestr(_member("network.nntxt"), text_format.MessageToString(self.proto))
             # random-looking floats do not deflate; storing them is 10x faster
-            archive.writestr(f"parameter{parameter_format}", self._parameters(parameter_format),
-                             compress_type=zipfile.ZIP_STORED)
+            archive.writestr(_member(f"parameter{parameter_format}", zipfile.ZIP_STORED),
+                             self._parameters(parameter_format))
         return body.getvalue()
 
     def _parameters(self, parameter_format: str) -> bytes:
@@ -607,3 +607,11 @@ class NnpBackend:
 
 
 BACKEND = NnpBackend()
+
+
+def _member(name: str, compress_type: int = zipfile.ZIP_DEFLATED) -> zipfile.ZipInfo:
+    """A zip entry with a fixed timestamp: the same model gives the same .nnp bytes at any time."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = compress_type
+    info.external_attr = 0o644 << 16
+    return info

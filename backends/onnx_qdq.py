@@ -9,9 +9,12 @@ Lowering, one rule per annotation (docs/quantized-ir.md, docs/backends.md):
   scale s_x * s_w (ONNX Runtime's QLinearConv/QGemm read the integers and assume that scale);
 - FixedPoint(bits, frac) is affine with scale 2^-frac and zero point 0;
 - a Relu whose quantized output clamps at zero anyway (zero point = the type's minimum) is
-  dropped and its quantization applied to its input, so the producer fuses with it.
+  dropped, its quantization applied to its input (exact); when that input has no other reader
+  and no other quantization, the producer's output goes straight into it and ORT fuses both;
+- `storage` (STORAGES) chooses how int8 is written for the runtime, never the values.
 ONNX Runtime turns DQ -> op -> Q groups into integer kernels (QLinearConv, QGemm, QLinearAdd...).
-Every tensor that stays float without a decision (no annotation) becomes a report line.
+Every tensor that stays float without a decision (no annotation) becomes a report line; see
+docs/backends.md for what ORT fuses and the measurements behind the choices.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 
 from .onnx_export import EXPORTERS, OPSET, OnnxWriter, export_graph, finish
 
-WEIGHTED = {"Conv": 0, "ConvTranspose": 0, "Dense": 0}
-"""Ops with (x, weight, bias) inputs; the value is the bias's channel axis."""
+WEIGHTED = frozenset({"Conv", "ConvTranspose", "Dense"})
+"""Ops with (x, weight, bias) inputs; a per-channel bias runs along its axis 0."""
 
 ACTIVATION_DTYPES = {"int8": 13, "uint8": 13, "int16": 21, "uint16": 21}
 """QuantizeLinear output types -> the opset that first allows them."""
@@ -102,9 +105,10 @@ def integers(value: Value, params: QParams) -> np.ndarray:
 class Lowering:
     """What the writer emits for each value, decided once from the annotations."""
 
-    activations: dict[int, QParams] = attrs.field(factory=dict)
-    constants: dict[int, QParams] = attrs.field(factory=dict)
-    folded: set[int] = attrs.field(factory=set)
+    activations: dict[int, QParams] = attrs.field(factory=dict)  # value id -> its Q/DQ pair
+    constants: dict[int, QParams] = attrs.field(factory=dict)  # constant id -> stored integers
+    folded: set[int] = attrs.field(factory=set)  # ids of Relu nodes replaced by their quantization
+    absorbed: set[int] = attrs.field(factory=set)  # Relu inputs whose producer feeds that quantization
     fallbacks: list[dict[str, str]] = attrs.field(factory=list)
     opset: int = OPSET
 
@@ -145,24 +149,27 @@ def _bias_params(node: Node, low: Lowering) -> QParams | None:
     if x is None or wq is None or x.axis is not None:
         return None
     scale = (x.scale * wq.scale).astype(np.float32)
-    axis = WEIGHTED[node.op] if scale.ndim == 1 else None
+    if scale.ndim == 1 and scale.shape[0] != node.input(2).type.shape[0]:  # grouped ConvTranspose
+        return None
+    axis = 0 if scale.ndim == 1 else None
     return QParams("int32", scale, np.zeros(scale.shape, np.int32), axis)
 
 
-def _fold_relu(node: Node, low: Lowering, outputs: set[int]) -> bool:
-    """Drop a Relu whose output quantization clamps at zero into its producer's output."""
+def _fold_relu(node: Node, low: Lowering, outputs: set[int]) -> None:
+    """Drop a Relu whose output quantization maps every negative value to zero anyway (exact).
+
+    When its input is read only by the Relu and carries no other quantization, the producer's
+    output goes straight into the Relu's QuantizeLinear, so ORT fuses producer and Relu.
+    """
     x, y = node.inputs[0], node.outputs[0]
     py = low.activations.get(id(y))
-    if x is None or py is None or not py.clamps_at_zero or x.producer() is None or id(x) in outputs:
-        return False
-    if len(x.uses()) != 1:
-        return False
-    px = low.activations.get(id(x))
-    if px is not None and not px.same(py):
-        return False
-    low.activations.pop(id(x), None)
+    if x is None or py is None or not py.clamps_at_zero:
+        return
     low.folded.add(id(node))
-    return True
+    px = low.activations.get(id(x))
+    if x.producer() is not None and id(x) not in outputs and len(x.uses()) == 1 and (px is None or px.same(py)):
+        low.activations.pop(id(x), None)
+        low.absorbed.add(id(x))
 
 
 def plan(model: Model, storage: str = "ort") -> Lowering:
@@ -191,9 +198,8 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
                     low.constants[id(bias)] = params
         if node.op == "Relu":
             _fold_relu(node, low, outputs)
-    folded_inputs = {id(n.inputs[0]) for n in graph.nodes if id(n) in low.folded}
     for value in graph.values():
-        if value.quant is not None or id(value) in folded_inputs or value.type.dtype != "float32":
+        if value.quant is not None or id(value) in low.absorbed or value.type.dtype != "float32":
             continue
         if id(value) in low.activations or id(value) in low.constants:
             continue

@@ -102,18 +102,32 @@ def prepare(name: str, work: Path, samples: int, eval_samples: int) -> Case:
     return Case(name, model, calib, feeds, None, dims[0] == 1)
 
 
-def measured(argv: list[str], log: Path) -> tuple[float, float]:
-    """Run argv; (wall seconds, peak RSS MB) of that process alone."""
-    import time
+LAUNCHER = """
+import os, subprocess, sys, time
+out, argv = sys.argv[1], sys.argv[2:]
+start = time.perf_counter()
+proc = subprocess.Popen(argv)
+_, status, usage = os.wait4(proc.pid, 0)
+with open(out, "w") as fh:
+    fh.write(f"{time.perf_counter() - start} {usage.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
-    start = time.perf_counter()
+
+def measured(argv: list[str], log: Path) -> tuple[float, float]:
+    """Run argv; (wall seconds, peak RSS MB) of that process alone.
+
+    A small launcher process starts the tool: Linux keeps a process's peak RSS across exec, so a
+    tool spawned straight from this (large) process would report this process's size.
+    """
+    stats = log.with_suffix(".rusage")
     with open(log, "w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
+        code = subprocess.call([sys.executable, "-c", LAUNCHER, str(stats), *argv], stdout=fh,
+                               stderr=subprocess.STDOUT, cwd=ROOT)
+    if code != 0:
         raise RuntimeError(f"{' '.join(argv)} failed; log: {log.read_text()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    wall, maxrss_kb = stats.read_text().split()
+    return float(wall), float(maxrss_kb) / 1024
 
 
 def run_tools(case: Case, work: Path, qcc_methods: list[str]) -> list[Row]:
@@ -149,9 +163,31 @@ def import_baselines(work: Path) -> str:
     return "Imports alone (included in the tool columns): " + ", ".join(parts) + "."
 
 
+def float_ops(model: Path) -> str:
+    """How many nodes ORT runs on float data, and the most frequent kinds."""
+    ops = ort_quant.float_ops(model)
+    kinds = ", ".join(f"{op} {n}" for op, n in ops.most_common(2))
+    return f"{sum(ops.values())}" + (f" ({kinds})" if kinds else "")
+
+
+def latencies(models: list[Path], feed: dict[str, np.ndarray], runs: int) -> list[float]:
+    """Median single-thread latency (ms) of each model, runs interleaved so load changes hit all alike."""
+    import time
+
+    sessions = [ort_quant.session(m, threads=1) for m in models]
+    times: list[list[float]] = [[] for _ in models]
+    for sess in sessions:
+        sess.run(None, feed)
+    for _ in range(runs):
+        for sess, acc in zip(sessions, times):
+            start = time.perf_counter()
+            sess.run(None, feed)
+            acc.append(time.perf_counter() - start)
+    return [1000 * float(np.median(t)) for t in times]
+
+
 def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
     ref = ort_quant.run(case.model, case.feeds)
-    one = {k: v[:1] for k, v in case.feeds.items()}
     quality = "accuracy" if case.labels is not None else "top-1 agreement"
     lines = [
         f"### {case.name}",
@@ -164,15 +200,14 @@ def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
     def score(y: np.ndarray) -> float:
         return ort_quant.top1(y, case.labels if case.labels is not None else ref.argmax(axis=1))
 
-    ops = ort_quant.float_compute(ort_quant.fused_ops(case.model))
-    lines.append(f"| float | - | {score(ref):.4f} | - | {case.model.stat().st_size / 1024:.0f} | {ops} | "
-                 f"{ort_quant.latency_ms(case.model, one, runs):.2f} | - | - |")
-    for row in rows:
+    lat = latencies([case.model, *(r.path for r in rows)], {k: v[:1] for k, v in case.feeds.items()}, runs)
+    lines.append(f"| float | - | {score(ref):.4f} | - | {case.model.stat().st_size / 1024:.0f} | "
+                 f"{float_ops(case.model)} | {lat[0]:.2f} | - | - |")
+    for row, ms in zip(rows, lat[1:]):
         y = ort_quant.run(row.path, case.feeds)
-        ops = ort_quant.float_compute(ort_quant.fused_ops(row.path))
         lines.append(
             f"| {row.tool} | {row.config} | {score(y):.4f} | {ort_quant.sqnr_db(y, ref):.2f} | "
-            f"{row.path.stat().st_size / 1024:.0f} | {ops} | {ort_quant.latency_ms(row.path, one, runs):.2f} | "
+            f"{row.path.stat().st_size / 1024:.0f} | {float_ops(row.path)} | {ms:.2f} | "
             f"{row.wall_s:.1f} | {row.peak_mb:.0f} |")
     return lines
 
@@ -186,9 +221,10 @@ def write_section(lines: list[str], args: argparse.Namespace) -> None:
         f"`bench/compare_ort_quant.py`, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
         f"onnxruntime {onnxruntime.__version__}; {args.samples} random calibration samples and "
         f"{args.eval_samples} random evaluation samples for the light models (digits: its 359 calibration "
-        "and 360 test images). Latency: one sample, single thread, median of "
-        f"{args.runs} runs, default ORT optimizations. 'float ops in ORT': Conv/Gemm/MatMul/Add/Mul/Concat/"
-        "pooling nodes left in float in ORT's optimized graph (0 = everything runs in integer kernels). "
+        "and 360 test images). Latency: one sample, single thread, default ORT optimizations, median of "
+        f"{args.runs} runs interleaved across the models of a table. 'float ops in ORT': nodes of ORT's optimized graph "
+        "that compute on float data, QuantizeLinear/DequantizeLinear not counted (0 = every op runs in an "
+        "integer kernel), with the most frequent kinds. "
         f"1-minute load average at the end: {os.getloadavg()[0]:.1f} (other jobs share the machine).",
         "",
     ]

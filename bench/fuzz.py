@@ -21,6 +21,7 @@ import argparse
 import copy
 import io
 import json
+import logging
 import multiprocessing as mp
 import os
 import queue
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 import zipfile
 from collections import Counter
 from collections.abc import Callable
@@ -238,8 +240,7 @@ def onnx_structural(rng: random.Random, data: bytes) -> bytes:
         t.data_location = onnx.TensorProto.EXTERNAL
         location = rng.choice(("../../../../etc/passwd", "/etc/passwd", "missing.bin", "", ".", "case.onnx",
                                f"../{ESCAPE_NAME}"))
-        entries = [("location", location)] + rng.choice(([], [("offset", "8")], [("length", "99999999999")],
-                                                         [("offset", "-5")], [("offset", "x")]))
+        entries = [("location", location), *rng.choice(([], [("offset", "8")], [("length", "99999999999")], [("offset", "-5")], [("offset", "x")]))]
         for key, value in entries:
             entry = t.external_data.add()
             entry.key, entry.value = key, value
@@ -332,7 +333,7 @@ def _npy_header_edit(rng: random.Random, payload: bytes) -> bytes:
         descr = rng.choice(("|O", "<f8", ">f4", "<U4", "|S3", "|V16", "<c8", "|b1", "<M8[s]", "<f2",
                             [("a", "<f4"), ("b", "|O")]))
     elif field == "shape":
-        shape = rng.choice(((10**12,), (-1, 8), (2**31, 2**31), (), (0,), (*shape, 2), shape[:-1] + (shape[-1] * 2,)))
+        shape = rng.choice(((10**12,), (-1, 8), (2**31, 2**31), (), (0,), (*shape, 2), (*shape[:-1], shape[-1] * 2)))
     elif field == "fortran":
         fortran = not fortran
     header = repr({"descr": descr, "fortran_order": fortran, "shape": shape})
@@ -410,7 +411,7 @@ def yaml_structural(rng: random.Random, data: bytes) -> bytes:
     if kind < 0.1:  # an alias bomb: 9 ** 9 references to one list
         bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
         bomb += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
-        lines = ["variables:", "  bomb: *a9", *bomb] if rng.random() < 0.5 else lines + ["variables: {x: *a9}"] + bomb
+        lines = ["variables:", "  bomb: *a9", *bomb] if rng.random() < 0.5 else [*lines, "variables: {x: *a9}", *bomb]
     elif lines:
         i = rng.randrange(len(lines))
         if ":" in lines[i]:
@@ -540,6 +541,8 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
             results: Any, home: str) -> None:
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C
+    warnings.simplefilter("ignore")  # zipfile's duplicate-name warnings while building cases
+    logging.disable(logging.WARNING)  # readers' own log lines (nnabla, torch) are not findings
     _limit_memory(memory_mb)
     cases, cwd = os.path.join(home, "case"), os.path.join(home, "cwd")
     os.makedirs(cwd, exist_ok=True)
@@ -721,7 +724,7 @@ def main() -> int:
                           verbose=not args.json, first=args.first)
     if args.save and result["findings"]:
         for path in save_cases(args.reader, args.seed, [i for i, _, _ in result["findings"]], args.save):
-            print(f"  saved {path}")
+            print(f"  saved {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
     bad = result["counts"]["crash"] + result["counts"]["hang"] + len(result["escaped_files"])

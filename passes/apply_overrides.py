@@ -1,4 +1,4 @@
-"""The `apply-overrides` pass: the user's per-tensor types (--override, settings.yaml) as pins.
+"""The `apply-overrides` pass: the user's per-tensor types (--override PATTERN=TYPE) as pins.
 
 A rule is `PATTERN=TYPE`, PATTERN a glob on value names (fnmatch, case-sensitive), TYPE one of
 
@@ -10,11 +10,11 @@ A rule is `PATTERN=TYPE`, PATTERN a glob on value names (fnmatch, case-sensitive
 | INT8, UINT8, INT16 | affine dtype only: `quantize-affine` still chooses scale/zero point |
 | SIGN | pinned `Sign` (constants holding only +1/-1) |
 
-Rules apply in order, so a later rule wins for a tensor two rules match. A --override pattern
-that matches nothing is an error (a typo would otherwise be silently ignored); a settings.yaml
-name that matches nothing is only noted, as nnabla's templates list variables (BatchNorm
-outputs...) that folding removed. Runs before the annotation passes, which honour the pins and
-report a conflict with a target rule instead of adjusting a pinned value.
+Rules apply in order, so a later rule wins for a tensor two rules match. A pattern that matches
+nothing is an error (a typo would otherwise be silently ignored). nnabla's settings.yaml
+(`--settings`, exact names) is applied by the driver when the model is loaded
+(qcc.settings_yaml); both pin with `meta["pinned"]`. Runs before the annotation passes, which
+honour the pins and report a conflict with a target rule instead of adjusting a pinned value.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 from qcc.passes.quantutil import is_float
 
-from qcc.errors import InvalidInputError, UsageError
+from qcc.errors import UsageError
 from qcc.ir.core import Model, Value
 from qcc.ir.types import FixedPoint, Float32, Sign
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -91,64 +91,37 @@ def _rules(value: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_settings(path: str) -> list[Override]:
-    """nnabla settings.yaml: `variables: {name: TYPE}`, exact names."""
-    try:
-        import yaml
-    except ImportError as exc:  # pragma: no cover - pyyaml is a dependency
-        raise UsageError(f"{path}: reading settings.yaml needs pyyaml ({exc})") from None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidInputError(f"{path}: not a readable settings.yaml ({exc})") from None
-    variables = data.get("variables") if isinstance(data, dict) else None
-    if not isinstance(variables, dict):
-        raise InvalidInputError(f"{path}: settings.yaml has no 'variables' mapping")
-    return [parse_rule(f"{glob_escape(str(k))}={v}", path) for k, v in variables.items()]
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
 @attrs.frozen
 class ApplyOverrides(Pass):
-    """Pin user types (--override PATTERN=TYPE, settings.yaml, or rules=...) before annotation."""
+    """Pin user types (--override PATTERN=TYPE, or rules=...) before the annotation passes."""
 
     name = "apply-overrides"
 
     rules: tuple[str, ...] = attrs.field(default=(), converter=_rules,
                                          metadata={"help": "PATTERN=TYPE rules, '|'-separated"})
-    from_cli: bool = attrs.field(default=True, metadata={"help": "also --override and --settings"})
+    from_cli: bool = attrs.field(default=True, metadata={"help": "also the --override rules"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         overrides = [parse_rule(r, "apply-overrides rule") for r in self.rules]
-        settings: list[Override] = []
         if self.from_cli:
             overrides += [parse_rule(r) for r in ctx.options.get("overrides") or ()]
-            if ctx.options.get("settings"):
-                settings = load_settings(str(ctx.options["settings"]))
-        if not overrides and not settings:
+        if not overrides:
             return PassResult.unchanged(model)
         values = [v for v in model.graph.values() if is_float(v)]
-        changed = apply_rules(values, overrides, strict=True, ctx=ctx)
-        changed += apply_rules(values, settings, strict=False, ctx=ctx)
+        changed = apply_rules(values, overrides, ctx)
         return PassResult(model, changed > 0, frozenset({"*"}))
 
 
-def apply_rules(values: Iterable[Value], rules: list[Override], strict: bool, ctx: PassContext) -> int:
+def apply_rules(values: Iterable[Value], rules: list[Override], ctx: PassContext) -> int:
+    """Apply in order (a later rule wins); a pattern matching nothing is a usage error."""
     values = list(values)
     changed = 0
     for rule in rules:
         hits = [v for v in values if fnmatch.fnmatchcase(v.name, rule.pattern)]
         if not hits:
-            if strict:
-                sample = ", ".join(v.name for v in values[:12])
-                raise UsageError(f"{rule.source} {rule.pattern}={rule.type_text}: the pattern matches no "
-                                 f"tensor (names look like: {sample})")
-            ctx.note("overrides", {"pattern": rule.pattern, "source": rule.source, "matched": 0})
-            continue
+            sample = ", ".join(v.name for v in values[:12])
+            raise UsageError(f"{rule.source} {rule.pattern}={rule.type_text}: the pattern matches no "
+                             f"tensor (names look like: {sample})")
         for value in hits:
             rule.apply(value)
         changed += len(hits)

@@ -103,6 +103,7 @@ class AssignFixedPoint(Pass):
         calib = start_annotation(model, self)
         graph = model.graph
         values = [v for v in graph.values() if is_float(v)]
+        self._refresh_auto_positions(values)
         self._check_pins(values)
         if self.activations == "marked":
             keep_unmarked_float(values)
@@ -112,6 +113,17 @@ class AssignFixedPoint(Pass):
         return PassResult(model, True, frozenset({"*"}))
 
     # ------------------------------------------------------------------ validation
+    def _refresh_auto_positions(self, values: list[Value]) -> None:
+        """settings.yaml FIXED8/FIXED16 without a position on a parameter means nnabla's automatic
+        position: recomputed here, as fold-bn may have changed the values since it was loaded."""
+        for v in values:
+            data = param_data(v)
+            if pinned(v) and v.meta.get("settings.auto_position") and isinstance(v.quant, FixedPoint) \
+                    and data is not None:
+                lo, hi = self.frac_limits
+                v.quant = FixedPoint(v.quant.bits, param_fixed_point_position(
+                    data, v.quant.bits, "nnabla", min_frac=lo, max_frac=hi, name=v.name))
+
     def _check_pins(self, values: list[Value]) -> None:
         lo, hi = self.frac_limits
         for v in values:
@@ -236,9 +248,8 @@ class AssignFixedPoint(Pass):
                 locked.add(root)
                 continue
             bits = widths[id(members[0])]
-            contributors = [m for m in members if not relu_only(m, graph)] or members
             parts = max(self._partial_sums(m) for m in members)
-            best = [p for m in contributors if (p := self._best(m, bits, calib, graph, parts)) is not None]
+            best = [p for m in members if (p := self._best(m, bits, calib, graph, parts)) is not None]
             if best:
                 position[root] = min(best)
         if self.target == "nnb":

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import attrs
 import numpy as np
-from qcc.passes.quantutil import check_finite_params, is_float
+from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Value
@@ -81,6 +81,11 @@ class Calibrate(Pass):
     max_samples: int | None = attrs.field(default=None, validator=_positive("max_samples"),
                                           metadata={"help": "use at most this many samples"})
     merge: bool = attrs.field(default=False, metadata={"help": "merge into existing statistics"})
+    engine: Literal["qcc", "onnxruntime"] = attrs.field(
+        default="qcc", metadata={"help": "run the model with qcc's interpreter or onnxruntime"})
+
+    def __attrs_post_init__(self) -> None:
+        check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from qcc.data import bind_inputs
@@ -90,13 +95,13 @@ class Calibrate(Pass):
                              "model input name, first axis = samples)")
         check_finite_params(model)
         source = str(ctx.options.get("calib") or "calibration data")
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)
+        feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)  # no whole-array temporaries
         count = len(next(iter(feeds.values()))) if feeds else 0
         if self.max_samples is not None:
             count = min(count, self.max_samples)
         batch, count = self._batching(model, count, source, ctx)
         result = collect(model, {k: v[:count] for k, v in feeds.items()}, batch, self.num_bins,
-                         ctx.progress)
+                         ctx.progress, self.engine)
         _check(result, model, source, ctx)
         previous = model.products.get(PRODUCT)
         if self.merge and isinstance(previous, Calibration):
@@ -123,10 +128,13 @@ class Calibrate(Pass):
 
 
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
-            progress: bool = False) -> Calibration:
-    """Statistics of every float activation over `feeds` (first axis = samples), batch by batch."""
-    from qcc.sim.interpreter import Interpreter
+            progress: bool = False, engine: str = "qcc") -> Calibration:
+    """Statistics of every float activation over `feeds` (first axis = samples), batch by batch.
 
+    engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
+    model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
+    (same tensors by name, one batch of outputs alive at a time).
+    """
     graph = model.graph
     tracked = {id(v): v for v in graph.inputs if is_float(v)}
     for node in graph.nodes:
@@ -137,16 +145,63 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
         if id(value) in tracked:
             stats[value.name].update(array)
 
-    interp = Interpreter(model, observer=observe)
+    run = _ort_runner(model, list(tracked.values()), stats) if engine == "onnxruntime" else _qcc_runner(model, observe)
     count = len(next(iter(feeds.values()))) if feeds else 0
     bar = _Progress(count) if progress else None
     for start in range(0, count, batch):
-        interp.run({k: v[start:start + batch] for k, v in feeds.items()})
+        run({k: v[start:start + batch] for k, v in feeds.items()})
         if bar:
             bar.update(min(start + batch, count))
     if bar:
         bar.close()
     return Calibration(stats, count)
+
+
+Runner = Callable[[dict[str, np.ndarray]], object]
+
+
+def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None]) -> Runner:
+    from qcc.sim.compare import passthrough
+    from qcc.sim.interpreter import Interpreter
+
+    return Interpreter(model, observer=observe, kernels={"Quantize": passthrough}).run
+
+
+def _ort_runner(model: Model, tracked: list[Value], stats: dict[str, TensorStats]) -> Runner:
+    try:
+        import onnxruntime as ort
+        from qcc.backends.onnx_export import OnnxWriter, export_graph, finish, value_info
+    except ImportError as exc:
+        raise UsageError(f"calibrate{{engine=onnxruntime}} needs onnxruntime and onnx ({exc})") from None
+    writer = OnnxWriter(model)
+    export_graph(writer)
+    proto = finish(writer)
+    inputs = {id(v) for v in model.graph.inputs}
+    present = {o.name for o in proto.graph.output}
+    onnx_names: dict[str, str] = {}
+    for value in tracked:
+        if id(value) in inputs:
+            continue
+        name = writer.name(value)
+        onnx_names[name] = value.name
+        if name not in present:
+            info = value_info(value)
+            info.name = name
+            proto.graph.output.append(info)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs() if o.name in onnx_names]
+    input_names = [v.name for v in model.graph.inputs if v.name in stats]
+
+    def run(batch: dict[str, np.ndarray]) -> None:
+        for name in input_names:
+            stats[name].update(batch[name])
+        for name, array in zip(names, session.run(names, batch)):
+            stats[onnx_names[name]].update(array)
+
+    return run
 
 
 def _check(result: Calibration, model: Model, source: str, ctx: PassContext) -> None:

@@ -23,7 +23,7 @@ from typing import Literal
 import attrs
 import numpy as np
 from qcc.passes.calibrate import Calibration
-from qcc.passes.quantreport import activation_entry, parameter_entry, without_zeros
+from qcc.passes.quantreport import activation_entry, parameter_entry, positive_part, without_zeros
 from qcc.passes.quantutil import (
     RangeMethod,
     activations_option,
@@ -104,8 +104,8 @@ class QuantizeAffine(Pass):
 
     def _annotate_class(self, members: list[Value], calib: Calibration, graph: Graph) -> None:
         dtype = members[0].meta.get("affine_dtype") or self.dtype
-        contributors = [m for m in members if not relu_only(m, graph)] or members
-        ranges = [self._range(st, dtype) for m in contributors if (st := calib.get(m.name)) is not None and st.count]
+        ranges = [self._range(positive_part(st) if relu_only(m, graph) else st, dtype)
+                  for m in members if (st := calib.get(m.name)) is not None and st.count]
         if not ranges:
             for m in members:
                 set_float(m, "no calibration statistics (the value was never computed)")

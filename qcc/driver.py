@@ -106,13 +106,9 @@ def compile(
     else:
         loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
     if opts.settings:
-        from qcc.settings_yaml import apply_settings
+        from qcc.settings_yaml import apply_settings_file
 
-        try:
-            text = Path(opts.settings).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{opts.settings}: cannot read settings ({exc})") from None
-        apply_settings(loaded, text, opts.settings)
+        apply_settings_file(loaded, opts.settings)
     if passes is not None and not isinstance(passes, str):
         pipeline = build_passes(passes)
     elif opts.passes is not None:

@@ -22,6 +22,7 @@ class Limits:
     max_nodes: int = 1_000_000
     max_archive_members: int = 10_000
     max_archive_bytes: int = 8 * 1024**3
+    max_compression_ratio: int = 200
 
 
 _current: Limits | None = None

@@ -7,7 +7,7 @@
 | fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], calibrate, assign-fixed-point{bits, weight_bits, method, target} |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
-apply-overrides is added when --override or --settings is given. Fixed point follows nnb's rules
+apply-overrides is added when --override is given (--settings is applied by the driver at load). Fixed point follows nnb's rules
 (`target=nnb`) for the nnb and c targets and for ONNX outputs too unless the target is onnx-qdq
 (which can express any position): a model compiled to ONNX first and to .nnb later then gets
 the same positions. --method defaults to minmax, except fixed8, where the histogram-MSE
@@ -36,7 +36,7 @@ def default_pipeline(scheme: str, target: str, opts: Any) -> str:
     if scheme in CALIBRATED and not getattr(opts, "calib", None):
         raise UsageError(f"--quantize {scheme} needs calibration data: add --calib DATA.npz (arrays keyed by "
                          "model input name, first axis = samples)")
-    overrides = "apply-overrides," if getattr(opts, "overrides", ()) or getattr(opts, "settings", None) else ""
+    overrides = "apply-overrides," if getattr(opts, "overrides", ()) else ""
     method = getattr(opts, "method", None) or default_method(scheme)
     if scheme in ("int8", "uint8"):
         per_channel = "false" if getattr(opts, "per_tensor", False) else "true"

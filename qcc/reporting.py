@@ -70,7 +70,9 @@ def float_fallbacks(model: Model) -> list[dict[str, Any]]:
     out = []
     for v in values:
         if v.quant is None or isinstance(v.quant, Float32):
-            reason = v.meta.get("float_reason") or f"no pass of the pipeline ({pipeline}) annotated it"
+            reason = v.meta.get("float_reason") or (
+                "pinned FLOAT32 by the user (settings.yaml)" if v.meta.get("pinned") and v.quant is not None
+                else f"no pass of the pipeline ({pipeline}) annotated it")
             out.append({"tensor": v.name, "kind": "parameter" if v.is_const else "activation", "reason": reason})
     return out
 

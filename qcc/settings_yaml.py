@@ -150,7 +150,7 @@ def _load(text: str, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
     # Python parser takes seconds to refuse) and a nesting limit of its own
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        doc = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader: no Python objects
+        doc = yaml.load(text, Loader=loader)  # a SafeLoader: builds no Python objects
     except yaml.YAMLError as exc:
         raise InvalidInputError(f"{source}: not valid YAML: {str(exc)[:300]}") from None
     except RecursionError:

@@ -16,9 +16,12 @@ from typing import Any
 import numpy as np
 
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
-FLOAT_COMPUTE = frozenset({"Conv", "Gemm", "MatMul", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
-                           "ConvTranspose", "Sum"})
-"""Ops that ORT runs in float when they were not fused into an integer kernel."""
+INTEGER_OPS = frozenset({"QGemm", "QAttention", "ConvInteger", "MatMulInteger", "MatMulIntegerToFloat",
+                         "DynamicQuantizeLinear", "QuantizeLinear"})
+"""Ops (besides QLinear*) that compute on integers in ONNX Runtime's optimized graph."""
+MOVES = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Split",
+                   "Slice", "Gather", "Resize", "Pad", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth"})
+"""Ops that only move values: integer or float like their first input."""
 
 
 def batches(feeds: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.ndarray]]:
@@ -91,36 +94,45 @@ def run(model: str | os.PathLike[str] | bytes, feeds: dict[str, np.ndarray], bat
 
 def fused_ops(model: str | os.PathLike[str] | bytes) -> collections.Counter[str]:
     """Op types in the graph ONNX Runtime actually runs (its optimized model)."""
+    return collections.Counter(n.op_type for n in optimized_graph(model).node)
+
+
+def optimized_graph(model: str | os.PathLike[str] | bytes) -> Any:
     import onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "optimized.onnx")
         session(model, optimized_path=path)
-        return collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+        return onnx.load(path).graph
 
 
-def float_compute(ops: collections.Counter[str]) -> int:
-    return sum(n for op, n in ops.items() if op in FLOAT_COMPUTE)
+def float_ops(model: str | os.PathLike[str] | bytes) -> collections.Counter[str]:
+    """Nodes ONNX Runtime runs on float data (QuantizeLinear/DequantizeLinear not counted).
+
+    Walks the optimized graph: a tensor is integer when an integer kernel or an integer
+    initializer produced it, and a value-moving op (MaxPool, Reshape...) is as float as its input.
+    """
+    graph = optimized_graph(model)
+    integer = {t.name for t in graph.initializer if t.data_type not in (1, 10, 11, 16)}  # not float types
+    found: collections.Counter[str] = collections.Counter()
+    for node in graph.node:
+        op = node.op_type
+        is_int = op.startswith("QLinear") or op in INTEGER_OPS
+        if op in MOVES:
+            is_int = node.input[0] in integer
+        if op == "QGemm" and len(node.input) < 8:  # no output scale: QGemm writes float
+            is_int = False
+        if is_int:
+            integer.update(node.output)
+        elif op != "DequantizeLinear":
+            found[op] += 1
+    return found
 
 
 def sqnr_db(test: np.ndarray, ref: np.ndarray) -> float:
     noise = float(np.sum((test.astype(np.float64) - ref) ** 2))
     signal = float(np.sum(ref.astype(np.float64) ** 2))
     return float("inf") if noise == 0 else 10 * float(np.log10(signal / noise))
-
-
-def latency_ms(model: str | os.PathLike[str] | bytes, feed: dict[str, np.ndarray], runs: int = 20) -> float:
-    """Median single-thread latency of one batch."""
-    import time
-
-    sess = session(model, threads=1)
-    sess.run(None, feed)
-    times: list[float] = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        sess.run(None, feed)
-        times.append(time.perf_counter() - t)
-    return 1000 * float(np.median(times))
 
 
 def top1(logits: np.ndarray, labels: Sequence[int] | np.ndarray) -> float:

@@ -177,7 +177,8 @@ def coverage_model(fixed_only: bool) -> Model:
         hw = g.add("HardSwish", hs, name="hardswish")
         dv = g.add("Div", hw, g.add("Abs", lrn, name="abs"), name="div")
         mx = g.add("Max", dv, g.add("Exp", hw, name="exp"), name="max")
-        outputs.append(g.add("Silu", mx, name="silu"))
+        hi = g.add("Clip", mx, name="clip_hi", max=1.5)  # one-sided: the other bound is HUGE_VALF
+        outputs.append(g.add("Silu", g.add("Min", hi, g.add("Neg", lrn, name="neg"), name="min"), name="silu"))
     g.outputs = outputs
     return Model(g)
 
@@ -213,6 +214,10 @@ def test_fixed_coverage_is_bit_exact(tmp_path: Path, bits: int, w_bits: int, jit
         out = node.outputs[0]
         if node.op in ("MaxPool", "Relu", "Transpose") and isinstance(out.quant, FixedPoint):
             out.quant = FixedPoint(bits, out.quant.frac + int(rng.integers(-1, 2)))
+        if node.name == "depthwise":  # fy > fx + fw: the rescale multiplies (nnb never emits this)
+            fx, fw = node.input(0).quant, node.input(1).quant
+            assert isinstance(fx, FixedPoint) and isinstance(fw, FixedPoint)
+            out.quant = FixedPoint(bits, fx.frac + fw.frac + 1)
     exe = build(model, tmp_path / "cov_fixed")
     x = rng.standard_normal((40, 4, 9, 9)).astype(np.float32) * 1.5  # some saturation
     got = run_c(exe, x, _out_size(model))
@@ -222,19 +227,19 @@ def test_fixed_coverage_is_bit_exact(tmp_path: Path, bits: int, w_bits: int, jit
 
 def test_runtime_saturation_quirks_and_two_inputs(tmp_path: Path) -> None:
     """nnabla-c-runtime's saturating add returns 0 for MIN + MIN and MIN for 0 - MIN."""
-    g = Graph("quirks")
-    a = g.add_input("a", TensorType("float32", (1, 4)))
-    b = g.add_input("b", TensorType("float32", (1, 4)))
-    g.outputs = [g.add("Add", a, b, name="sum"), g.add("Sub", a, b, name="diff")]
+    g = Graph('quirks */ "??/')  # hostile names must not break comments or strings
+    a = g.add_input('a */ "??/', TensorType("float32", (1, 4)))
+    b = g.add_input("b\n\\", TensorType("float32", (1, 4)))
+    g.outputs = [g.add("Add", a, b, name="sum */ ??="), g.add("Sub", a, b, name="diff")]
     model = Model(g)
     for value in [a, b, *g.outputs]:
         value.quant = FixedPoint(8, 4)
-    feeds = {"a": np.array([[-100.0, 0.0, 7.0, -8.0]], np.float32), "b": np.array([[-100.0, -100.0, 7.0, 0.5]],
-                                                                                    np.float32)}
+    feeds = {a.name: np.array([[-100.0, 0.0, 7.0, -8.0]], np.float32),
+             b.name: np.array([[-100.0, -100.0, 7.0, 0.5]], np.float32)}
     want = outputs_of(model, feeds, fixed=True)
     assert want[0].tolist() == [0.0, -8.0, 7.9375, -7.5, 0.0, -8.0, 0.0, -8.0]
     exe = build(model, tmp_path / "quirks")
-    got = run_c(exe, np.concatenate([feeds["a"], feeds["b"]], axis=1), 8)
+    got = run_c(exe, np.concatenate([feeds[a.name], feeds[b.name]], axis=1), 8)
     assert np.array_equal(got, want)
 
 
@@ -321,6 +326,24 @@ def test_squeezenet_float_matches_onnxruntime(tmp_path: Path) -> None:
     ref = np.concatenate([ort_run(data, {model.graph.inputs[0].name: x[i:i + 1]})[0].reshape(1, -1)
                           for i in range(len(x))])
     assert_close_to(ref, got)
+
+
+def test_squeezenet_fixed8_is_bit_exact(tmp_path: Path) -> None:
+    src = tmp_path / "squeezenet.onnx"
+    src.write_bytes(randomized_bytes("squeezenet"))
+    rng = np.random.default_rng(2)
+    name = qcc.driver.load(str(src)).graph.inputs[0].name
+    np.savez(tmp_path / "calib.npz", **{name: rng.standard_normal((4, 3, 224, 224)).astype(np.float32)})
+    model, _ = qcc.driver.compile(str(src), tmp_path / "first", quantize="fixed8",
+                                  calib=str(tmp_path / "calib.npz"))
+    softmax = next(n for n in model.graph.nodes if n.op == "Softmax")
+    model.graph.outputs.append(softmax.input(0))  # the logits too: the softmax alone saturates
+    exe = build(model, tmp_path / "squeeze8", sanitize=False)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    got = run_c(exe, x, 2000)
+    want = outputs_of(model, {name: x}, fixed=True)
+    assert len(np.unique(want[0, 1000:])) > 10
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 # ---------------------------------------------------------------- errors and CLI

@@ -72,8 +72,8 @@ def test_valid_onnx_keeping_names_shapes_and_metadata(compiled: dict[str, Any]) 
 
 @pytest.mark.parametrize("scheme", ["uint8", "int8"])
 def test_ort_runs_every_op_in_integer_kernels(compiled: dict[str, Any], scheme: str) -> None:
+    assert not ort_quant.float_ops(compiled[scheme][2])
     ops = ort_quant.fused_ops(compiled[scheme][2])
-    assert ort_quant.float_compute(ops) == 0, ops
     assert ops["QLinearConv"] == 6 and ops["QGemm"] == 1 and ops["QLinearAdd"] == 1 and ops["QLinearConcat"] == 1
     assert ops["Relu"] == 0  # folded into the quantization of the producing Conv/Add
 
@@ -163,11 +163,11 @@ def test_unannotated_tensors_are_reported(compiled: dict[str, Any], tmp_path: Pa
             values[name].quant = quant
     assert {f["tensor"] for f in fallbacks} == {"avgpool1", "flatten1"}
     assert "fc" in next(f["reason"] for f in fallbacks if f["tensor"] == "flatten1")
-    ops = ort_quant.fused_ops(tmp_path / "partial.onnx")
-    assert ops["AveragePool"] == 1 and ops["Gemm"] == 1  # what the report lines announce
+    # exactly what the report lines announce runs in float: the pooling, the flatten and the Dense
+    assert ort_quant.float_ops(tmp_path / "partial.onnx") == {"AveragePool": 1, "Flatten": 1, "Gemm": 1}
 
 
-def _conv_relu(relu_zp: int) -> Model:
+def _conv_relu(relu_zp: int, conv_quantized: bool) -> Model:
     rng = np.random.default_rng(0)
 
     def build(g: Any, x: Any) -> Any:
@@ -181,25 +181,30 @@ def _conv_relu(relu_zp: int) -> Model:
     values["x"].quant = Affine((0.05,), (0,), "int8")
     values["w"].quant = Affine((0.02,) * 4, (0,) * 4, "int8", 0)
     values["relu"].quant = Affine((0.1,), (relu_zp,), "int8")
+    if conv_quantized:
+        values["conv"].quant = Affine((0.2,), (0,), "int8")
     return model
 
 
-@pytest.mark.parametrize("relu_zp, folded", [(-128, True), (0, False)])
-def test_relu_folds_only_when_quantization_clamps_at_zero(relu_zp: int, folded: bool) -> None:
+@pytest.mark.parametrize("relu_zp, conv_quantized", [(-128, False), (-128, True), (0, False)])
+def test_relu_dropped_only_when_quantization_clamps_at_zero(relu_zp: int, conv_quantized: bool) -> None:
     from qcc.backends.onnx_qdq import to_qdq
 
-    model = _conv_relu(relu_zp)
+    model = _conv_relu(relu_zp, conv_quantized)
     proto, fallbacks = to_qdq(model, storage="annotated")
     onnx.checker.check_model(proto, full_check=True)
-    assert ("Relu" in {n.op_type for n in proto.graph.node}) != folded
-    assert [f["tensor"] for f in fallbacks] == ([] if folded else ["conv"])
+    ops = [n.op_type for n in proto.graph.node]
+    assert ("Relu" in ops) == (relu_zp != -128)
+    assert ops.count("QuantizeLinear") == 2 + conv_quantized  # x, [conv], relu
+    assert [f["tensor"] for f in fallbacks] == ([] if relu_zp == -128 or conv_quantized else ["conv"])
     bias = next(n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "b")
     assert initializer(proto, bias.input[0]).dtype == np.int32
     assert np.allclose(initializer(proto, bias.input[1]), np.float32(0.05) * np.float32(0.02))
     x = np.random.default_rng(1).standard_normal((8, 2, 5, 5)).astype(np.float32)
     sim = run_batched(model, {"x": x}, quantized=True)["relu"]
     got = ort_quant.run(proto.SerializeToString(), {"x": x}, optimize=False)
-    assert np.abs(got - sim).max() <= 0.1 * 1.001
+    step = 0.2 if conv_quantized else 0.1  # a float-summation-order flip moves one step of the coarser scale
+    assert np.abs(got - sim).max() <= step * 1.001 and np.mean(got != sim) < 0.02
 
 
 def test_light_resnet50_runs_in_ort(tmp_path: Path) -> None:
@@ -216,5 +221,5 @@ def test_light_resnet50_runs_in_ort(tmp_path: Path) -> None:
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     (y,) = ort_quant.session(out).run(None, {proto.graph.input[0].name: x})
     assert y.shape == (1, 1000) and np.isfinite(y).all()
-    ops = ort_quant.fused_ops(out)
-    assert ops["QLinearConv"] == 53 and ort_quant.float_compute(ops) == 0, ops
+    assert ort_quant.fused_ops(out)["QLinearConv"] == 53
+    assert not ort_quant.float_ops(out)

@@ -9,7 +9,6 @@ force on small random instances.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 
@@ -548,4 +547,4 @@ def test_degenerate_graphs() -> None:
     plan = plan_model(Model(g), PlanOptions(alignment=1))
     assert plan.lb_off == plan.arena.total == plan.shared.total == 8  # type: ignore[union-attr]
     assert best_schedule(g).peak == 8
-    assert list(itertools.chain(plan.buffer_of)) == ["x"]
+    assert list(plan.buffer_of) == ["x"]

@@ -302,3 +302,20 @@ def test_option_errors(spec: str, message: str) -> None:
 def test_order_errors_name_both_passes() -> None:
     with pytest.raises(UsageError, match="'quantize-affine' requires 'calibrate'"):
         PassManager("quantize-affine").run(_small(), PassContext())
+
+
+def test_onnxruntime_engine_collects_the_same_statistics() -> None:
+    calib = dict(np.load(DIGITS / "calib.npz"))
+    runs = []
+    for engine in ("qcc", "onnxruntime"):
+        model = digits()
+        PassManager(f"fold-bn,calibrate{{engine={engine}}},quantize-affine").run(model, PassContext(calib_data=calib))
+        runs.append((model.products["calibration"], by_name(model)))
+    (a, qa), (b, qb) = runs
+    assert set(a.stats) == set(b.stats) and a.samples == b.samples == 359
+    for name, st in a.stats.items():
+        assert st.count == b.stats[name].count
+        np.testing.assert_allclose([st.min, st.max], [b.stats[name].min, b.stats[name].max], rtol=1e-5, atol=1e-6)
+    for name, value in qa.items():
+        if isinstance(value.quant, Affine):
+            np.testing.assert_allclose(value.quant.scale, qb[name].quant.scale, rtol=1e-5)  # type: ignore[union-attr]

@@ -256,15 +256,20 @@ def test_sensitivity_keeps_the_best_model_and_needs_an_annotation_pass() -> None
         compile_digits("fold-bn,calibrate,sensitivity")
 
 
-def test_settings_yaml_pins_and_notes_unknown_names(tmp_path: Any) -> None:
+def test_settings_yaml_pins_are_honoured(tmp_path: Any) -> None:
+    from qcc.quant.fixedpoint import param_fixed_point_position
+    from qcc.settings_yaml import apply_settings_file
+
     settings = tmp_path / "settings.yaml"
-    settings.write_text("functions: {}\nvariables:\n  relu1: FIXED8_4\n  Convolution_9_Output: FLOAT32\n")
+    settings.write_text("variables:\n  relu1: FIXED8_4\n  conv2.weight: FIXED8\n")
     calib, _, _ = _data()
     model = digits()
-    ctx = PassContext(calib_data=calib, options={"settings": str(settings)})
-    PassManager("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}").run(model, ctx)
-    assert by_name(model)["relu1"].quant == FixedPoint(8, 4)
-    assert {"pattern": "Convolution_9_Output", "source": str(settings), "matched": 0} in ctx.report["overrides"]
+    apply_settings_file(model, settings)  # what the driver does with --settings, before the pipeline
+    PassManager("fold-bn,calibrate,assign-fixed-point{bits=8}").run(model, PassContext(calib_data=calib))
+    values = by_name(model)
+    assert values["relu1"].quant == FixedPoint(8, 4) and values["bn1"].quant == FixedPoint(8, 4)
+    w = values["conv2.weight"]  # nnabla's automatic position, of the weights as folded
+    assert w.quant == FixedPoint(8, param_fixed_point_position(w.const, 8, "nnabla"))  # type: ignore[arg-type]
 
 
 def test_quantize_nodes_on_weights_get_per_channel_annotations() -> None:
@@ -282,7 +287,7 @@ def test_default_pipelines() -> None:
 
     from qcc.pipelines import default_pipeline
 
-    opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=(), settings=None)
+    opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", "onnx", opts) == ""
     assert default_pipeline("uint8", "onnx-qdq", opts) == \
         "fold-bn,calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"

@@ -59,3 +59,23 @@ FLOAT = CType()
 def pow2(exp: int) -> str:
     """2**exp as an exact C99 hexadecimal float literal."""
     return f"0x1p{exp}f"
+
+
+def comment_text(text: str) -> str:
+    """Text safe inside a C comment: no comment end, no trigraph, one line."""
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    return text.replace("*/", "* /").replace("??", "? ?")
+
+
+def string_literal(text: str) -> str:
+    """A C string literal for any text (escapes, no trigraphs)."""
+    out = []
+    for byte in text.encode():
+        ch = chr(byte)
+        if ch in '\\"?':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'

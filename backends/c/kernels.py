@@ -161,6 +161,7 @@ typedef struct {
 """, ()),
     "conv_t": ("""
 #define QCC_CHUNK 32 /* output positions per row chunk (stack accumulators) */
+#define QCC_NARROW 8 /* chunk length for maps of at most this width */
 #define QCC_SPAN 32 /* widest (kw - 1) * dilation served by the zero-padded row buffer */
 
 typedef struct {
@@ -282,12 +283,13 @@ static void qcc_lrn_f32(const float *x, float *y, int n, int c, long inner, int 
 # ---------------------------------------------------------------- integer-only kernels
 
 
-def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
-    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: _conv_source(name, x, w, y), ("conv_t", "sat", "shift", "sat_add"))
+def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, pointwise: bool = False) -> str:
+    """`pointwise` (1x1 kernels): one product per channel fits int32 even at 16 bits."""
+    name = f"qcc_conv{'1x1' if pointwise else ''}_{x.suffix}_{w.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: _conv_source(name, x, w, y, pointwise), ("conv_t", "sat_add"))
 
 
-def _conv_source(name: str, x: CType, w: CType, y: CType) -> str:
+def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = False) -> str:
     """Direct convolution over chunks of one output row for up to 4 output channels at once.
 
     Float: accumulate every tap into the chunk. Fixed (qcc.sim.fixed.conv_kernel): per input
@@ -295,19 +297,32 @@ def _conv_source(name: str, x: CType, w: CType, y: CType) -> str:
     the bias with the runtime's saturating add.
     """
     fixed = y.is_int
-    acc = "float" if not fixed else ("int32_t" if x.bits == 8 and w.bits == 8 else "int64_t")
+    narrow = (x.bits == 8 and w.bits == 8) or pointwise
+    acc = "float" if not fixed else ("int32_t" if narrow else "int64_t")
     target = "s" if fixed else "acc"
     if fixed:
-        decl = f"int32_t total[4][QCC_CHUNK];\n                    {acc} s[4][QCC_CHUNK];"
-        init = "total[q][j] = 0;"
-        per_ic = """for (q = 0; q < nb; ++q) {
-                            for (j = 0; j < QCC_CHUNK; ++j) {
-                                s[q][j] = 0;
-                            }
-                        }"""
+        decl = f"int32_t total[4][CW];\n                    {acc} s[4][CW];"
+        init = "total[q][j] = 0;\n                            s[q][j] = 0;"
+        per_ic = ""
+        unsigned = "uint32_t" if narrow else "uint64_t"
+        # qcc_shift + qcc_sat written out branch-free, clearing s for the next channel; a narrow
+        # sum truncated by a non-negative shift plus an output value cannot overflow int32
+        body = f"""const {acc} v = s[q][j];
+                                const {acc} m = ({acc})(({unsigned})(v < 0 ? -v : v) >> rs);
+                                const TYPE t = (TYPE)(v < 0 ? -m : m)SCALE + total[q][j];
+                                total[q][j] = (int32_t)(t < {y.lo} ? {y.lo} : (t > {y.hi} ? {y.hi} : t));
+                                s[q][j] = 0;"""
+        wide = body.replace("TYPE", "int64_t").replace("SCALE", " * ls")
+        fast = body.replace("TYPE", "int32_t" if narrow else "int64_t").replace("SCALE", "")
         per_ic_end = f"""for (q = 0; q < nb; ++q) {{
-                            for (j = 0; j < QCC_CHUNK; ++j) {{
-                                total[q][j] = qcc_sat((int64_t)total[q][j] + qcc_shift(s[q][j], shift), {y.lo}, {y.hi});
+                            if (ls == 1) {{
+                                for (j = 0; j < CW; ++j) {{
+                                {fast}
+                                }}
+                            }} else {{
+                                for (j = 0; j < CW; ++j) {{
+                                {wide}
+                                }}
                             }}
                         }}"""
         store = f"""int32_t t = total[q][j];
@@ -316,34 +331,19 @@ def _conv_source(name: str, x: CType, w: CType, y: CType) -> str:
                             }}
                             yr[j] = ({y.name})t;"""
         extra = ", int shift"
+        prologue = ("const int rs = shift > 0 ? shift : 0;\n"
+                    "    const int64_t ls = shift < 0 ? (int64_t)1 << -shift : 1;\n    ")
     else:
-        decl = "float acc[4][QCC_CHUNK];"
+        decl = "float acc[4][CW];"
         init = "acc[q][j] = b != NULL ? b[o + q] : 0.0f;"
         per_ic = per_ic_end = ""
         store = "yr[j] = acc[q][j];"
-        extra = ""
+        extra = prologue = ""
     taps4 = "\n".join(f"                                        {target}[{q}][j] += xv * w{q};" for q in range(4))
-    return f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
-    {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
-{{
-    const int cg = p->c / p->group;
-    const int og = p->o / p->group;
-    const long ks = (long)p->kh * p->kw;
-    const int span = (p->kw - 1) * p->dw;
-    const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
-    int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
-    for (n = 0; n < p->n; ++n) {{
-        for (o = 0; o < p->o; o += nb) {{
-            const int g = o / og;
-            nb = o % og + 4 <= og ? 4 : 1;
-            for (oy = 0; oy < p->oh; ++oy) {{
-                const int iy0 = oy * p->sh - p->ph;
-                for (c0 = 0; c0 < p->ow; c0 += QCC_CHUNK) {{
-                    const int c1 = c0 + QCC_CHUNK < p->ow ? c0 + QCC_CHUNK : p->ow;
-                    {decl}
+    # the chunk body, emitted twice: fixed-length loops of QCC_NARROW for narrow maps, else QCC_CHUNK
+    chunk = f"""                    {decl}
                     for (q = 0; q < nb; ++q) {{
-                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                        for (j = 0; j < CW; ++j) {{
                             {init}
                         }}
                     }}
@@ -361,21 +361,21 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
                             if (rowbuf) {{
                                 /* stride 1: fixed-length loops over the chunk's input row, read in
                                    place when it lies inside the row, else from a zero-padded copy */
-                                {x.name} rb[QCC_CHUNK + QCC_SPAN];
+                                {x.name} rb[CW + QCC_SPAN];
                                 const int lo = c0 - p->pw;
                                 const {x.name} *row = rb;
-                                if (lo >= 0 && lo + QCC_CHUNK + span <= p->w) {{
+                                if (lo >= 0 && lo + CW + span <= p->w) {{
                                     row = xr + lo;
                                 }} else {{
-                                    const int t0 = lo < 0 ? (-lo < QCC_CHUNK + span ? -lo : QCC_CHUNK + span) : 0;
-                                    const int t1 = p->w - lo < QCC_CHUNK + span ? p->w - lo : QCC_CHUNK + span;
+                                    const int t0 = lo < 0 ? (-lo < CW + span ? -lo : CW + span) : 0;
+                                    const int t1 = p->w - lo < CW + span ? p->w - lo : CW + span;
                                     for (t = 0; t < t0; ++t) {{
                                         rb[t] = 0;
                                     }}
                                     for (t = t0; t < t1; ++t) {{
                                         rb[t] = xr[lo + t];
                                     }}
-                                    for (t = t1 > t0 ? t1 : t0; t < QCC_CHUNK + span; ++t) {{
+                                    for (t = t1 > t0 ? t1 : t0; t < CW + span; ++t) {{
                                         rb[t] = 0;
                                     }}
                                 }}
@@ -387,13 +387,13 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
                                         const {acc} w1 = wt[cg * ks];
                                         const {acc} w2 = wt[2 * cg * ks];
                                         const {acc} w3 = wt[3 * cg * ks];
-                                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                                        for (j = 0; j < CW; ++j) {{
                                             const {acc} xv = r[j];
 {taps4}
                                         }}
                                     }} else {{
                                         const {acc} w0 = wt[0];
-                                        for (j = 0; j < QCC_CHUNK; ++j) {{
+                                        for (j = 0; j < CW; ++j) {{
                                             {target}[0][j] += ({acc})r[j] * w0;
                                         }}
                                     }}
@@ -423,6 +423,30 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
                             {store}
                         }}
                     }}
+"""
+    narrow_body = chunk.replace("CW", "QCC_NARROW")
+    chunk_body = chunk.replace("CW", "QCC_CHUNK")
+    return f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
+    {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
+{{
+    {prologue}const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const long ks = (long)p->kh * p->kw;
+    const int span = (p->kw - 1) * p->dw;
+    const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
+    int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
+    for (n = 0; n < p->n; ++n) {{
+        for (o = 0; o < p->o; o += nb) {{
+            const int g = o / og;
+            nb = o % og + 4 <= og ? 4 : 1;
+            for (oy = 0; oy < p->oh; ++oy) {{
+                const int iy0 = oy * p->sh - p->ph;
+                for (c0 = 0; c0 < p->ow; c0 += QCC_CHUNK) {{
+                    const int c1 = c0 + QCC_CHUNK < p->ow ? c0 + QCC_CHUNK : p->ow;
+                    if (c1 - c0 <= QCC_NARROW) {{
+{narrow_body}                    }} else {{
+{chunk_body}                    }}
                 }}
             }}
         }}

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 from qcc.backends.c import kernels as K
-from qcc.backends.c.ctype import FLOAT, CType, pow2
+from qcc.backends.c.ctype import FLOAT, CType, comment_text, pow2
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
@@ -215,7 +215,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
     b = node.inputs[2] if len(node.inputs) > 2 else None
     xs, ys = static_shape(x), static_shape(y)
     s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
-    o, _, kh, kw = w.type.shape
+    o, _, kh, kw = static_shape(w)
     geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
             node.attrs["group"]]
     if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):  # pointwise: one long row, longer loops
@@ -227,7 +227,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
         return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
     lw.require_dedicated(node)
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    fn = K.conv_fixed(lw.kernels, cx, cw, cy)
+    fn = K.conv_fixed(lw.kernels, cx, cw, cy, pointwise=kh * kw == 1)
     bias = _bias(lw, node, b, cy)
     shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
     return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, lw.shift(node, shift)))])
@@ -480,7 +480,7 @@ def _format_array(arr: ConstArray) -> str:
         texts = [f"{v:.9g}" for v in values.tolist()]
         body = ",".join([t + "f" if "." in t or "e" in t else t + ".f" for t in texts])
     lines = _wrap(body)
-    return f"/* {arr.comment} */\nstatic const {arr.ctype.name} {arr.name}[{max(len(data), 1)}] = {{\n{lines}\n}};\n"
+    return f"/* {comment_text(arr.comment)} */\nstatic const {arr.ctype.name} {arr.name}[{max(len(data), 1)}] = {{\n{lines}\n}};\n"
 
 
 def _wrap(body: str, width: int = 100) -> str:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qcc.errors import InvalidInputError, UnsupportedError, UsageError
+from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError
 from qcc.ir.core import Model
 
 INSTALL_HINT = "pip install 'qcc[torch]'"
@@ -65,15 +66,25 @@ def load_module(module: Any, example_inputs: Any, input_names: Sequence[str] | N
 def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = None,
              batch_size: int | None = None, **_: Any) -> Model:
     """Import a program saved with `torch.export.save`."""
+    from qcc.frontends.pt2_safety import check_pt2, drop_guards, weights_only_loading
+
     torch = import_torch()
     source = Path(path)
     if not source.is_file():
         raise InvalidInputError(f"{source}: no such file")
+    check_pt2(source)  # torch.export.load trusts its input: see pt2_safety
     try:
-        program = torch.export.load(str(source))
+        with weights_only_loading(torch):
+            program = torch.export.load(str(source))
+    except QccError as exc:
+        raise InvalidInputError(f"{source}: {exc}") from None
+    except pickle.UnpicklingError:
+        raise InvalidInputError(f"{source}: holds pickled objects other than tensors; refused (qcc loads "
+                                ".pt2 files with weights only)") from None
     except Exception as exc:
         raise InvalidInputError(f"{source}: not a loadable torch.export program: "
                                 f"{type(exc).__name__}: {str(exc)[:300]}") from None
+    drop_guards(program)
     return load_exported(program, input_names=input_names, batch_size=batch_size, source=str(source),
                          graph_name=source.stem)
 

@@ -103,7 +103,7 @@ def fit_arena(arr: IntervalArrays, cap: int, deadline: float) -> list[int] | Non
     steps = 0
     while frames:
         steps += 1
-        if steps & 1023 == 0 and time.monotonic() > deadline:
+        if steps & 127 == 0 and time.monotonic() > deadline:
             raise _OutOfTime
         p, untried, ended = frames[-1]
         if placed[-1] is not None:

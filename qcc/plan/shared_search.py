@@ -138,7 +138,7 @@ def fit_objects(arr: IntervalArrays, caps: Sequence[int], deadline: float) -> li
     steps = 0
     while stack:
         steps += 1
-        if steps & 1023 == 0 and time.monotonic() > deadline:
+        if steps & 127 == 0 and time.monotonic() > deadline:
             raise _OutOfTime
         frame = stack[-1]
         p = frame[0]

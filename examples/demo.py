@@ -33,6 +33,45 @@ def ort_logits(path: Path, x: np.ndarray) -> np.ndarray:
     return np.asarray(sess.run(None, {sess.get_inputs()[0].name: x})[0])
 
 
+def c_logits(out_dir: Path, x: np.ndarray) -> np.ndarray:
+    """Build the generated C with its Makefile and run ./model once per image (the real binary)."""
+    import subprocess
+
+    subprocess.run(["make", "-s", "-C", str(out_dir)], check=True, capture_output=True)
+    rows = []
+    for image in x:
+        (out_dir / "in.bin").write_bytes(np.ascontiguousarray(image[None], dtype="<f4").tobytes())
+        subprocess.run([str(out_dir / "model"), str(out_dir / "in.bin"), str(out_dir / "out.bin")], check=True)
+        rows.append(np.fromfile(out_dir / "out.bin", dtype="<f4"))
+    return np.stack(rows)
+
+
+def nnb_logits(path: Path, x: np.ndarray) -> tuple[np.ndarray, str]:
+    """nnabla-c-runtime when a built `nnablart` is around (QCC_NNABLART or PATH), else qcc's
+    emulation of the decoded file (the same bit-exact kernels the tests check against nnablart)."""
+    import os
+    import shutil
+    import subprocess
+
+    from qcc.backends.nnb.format import read_nnb
+    from qcc.backends.nnb.lift import lift_nnb
+    from qcc.sim import run_model
+
+    runtime = os.environ.get("QCC_NNABLART") or shutil.which("nnablart")
+    if runtime:
+        rows = []
+        work = path.parent
+        for image in x:
+            (work / "in.bin").write_bytes(np.ascontiguousarray(image[None], dtype="<f4").tobytes())
+            subprocess.run([runtime, "infer", str(path), str(work / "in.bin"), str(work / "nnb_out")], check=True,
+                           capture_output=True)
+            rows.append(np.fromfile(work / "nnb_out_0.bin", dtype="<f4"))
+        return np.stack(rows), "nnabla-c-runtime"
+    model = lift_nnb(read_nnb(path.read_bytes(), str(path)))
+    return next(iter(run_model(model, {model.graph.inputs[0].name: x}, quantized=True).values())), \
+        "qcc emulation of the .nnb"
+
+
 def file_bytes(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -43,17 +82,20 @@ JOBS: list[dict[str, Any]] = [
     {"label": "ONNX float", "target": "onnx", "out": "digits.onnx", "quantize": "none", "check": "ort"},
     {"label": "ONNX QDQ int8", "target": "onnx-qdq", "out": "digits_int8.onnx", "quantize": "int8", "check": "ort"},
     {"label": "ONNX QDQ fixed8", "target": "onnx-qdq", "out": "digits_fixed8.onnx", "quantize": "fixed8", "check": "ort"},
-    {"label": ".nnb float", "target": "nnb", "out": "digits.nnb", "quantize": "none", "check": "sim"},
-    {"label": ".nnb FIXED16", "target": "nnb", "out": "digits_fixed16.nnb", "quantize": "fixed16", "check": "sim"},
-    {"label": ".nnb FIXED8", "target": "nnb", "out": "digits_fixed8.nnb", "quantize": "fixed8", "check": "sim"},
-    {"label": "C float", "target": "c", "out": "digits_c_float", "quantize": "none", "check": "sim"},
-    {"label": "C fixed16", "target": "c", "out": "digits_c_fixed16", "quantize": "fixed16", "check": "sim"},
-    {"label": "C int8 (fixed8)", "target": "c", "out": "digits_c_fixed8", "quantize": "fixed8", "check": "sim"},
+    {"label": ".nnb float", "target": "nnb", "out": "digits.nnb", "quantize": "none", "check": "nnb"},
+    {"label": ".nnb FIXED16", "target": "nnb", "out": "digits_fixed16.nnb", "quantize": "fixed16", "check": "nnb"},
+    {"label": ".nnb FIXED8", "target": "nnb", "out": "digits_fixed8.nnb", "quantize": "fixed8", "check": "nnb"},
+    {"label": "C float", "target": "c", "out": "digits_c_float", "quantize": "none", "check": "gcc"},
+    {"label": "C fixed16", "target": "c", "out": "digits_c_fixed16", "quantize": "fixed16", "check": "gcc"},
+    {"label": "C fixed8", "target": "c", "out": "digits_c_fixed8", "quantize": "fixed8", "check": "gcc"},
     {"label": ".nnp float", "target": "nnp", "out": "digits.nnp", "quantize": "none", "check": "sim"},
 ]
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)  # keep framework INFO lines out of the table
     import qcc.driver
     from qcc.errors import QccError
     from qcc.plugins import registry
@@ -87,16 +129,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((job["label"], "-", "-", "-", "-", f"failed: {exc}"))
             continue
         seconds = time.perf_counter() - start
+        size = file_bytes(out)
         if job["check"] == "ort":
             acc = accuracy(ort_logits(out, x), labels)
             how = "onnxruntime"
+        elif job["check"] == "gcc":
+            acc = accuracy(c_logits(out, x), labels)
+            how = "gcc-built binary"
+        elif job["check"] == "nnb":
+            logits, how = nnb_logits(out, x)
+            acc = accuracy(logits, labels)
         else:
             logits = next(iter(run_batched(model, {"x": x}, quantized=job["quantize"] != "none").values()))
             acc = accuracy(logits, labels)
             how = "qcc simulator"
         memory = report.get("memory", {})
         ram = memory.get("arena_bytes") or memory.get("shared_objects_bytes") or "-"
-        rows.append((job["label"], f"{acc:.4f}", how, str(file_bytes(out)), str(ram), f"{seconds:.2f}s"))
+        rows.append((job["label"], f"{acc:.4f}", how, str(size), str(ram), f"{seconds:.2f}s"))
     header = ("target", "accuracy", "measured in", "output bytes", "RAM bytes", "compile")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:

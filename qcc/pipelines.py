@@ -29,8 +29,20 @@ def default_method(scheme: str) -> str:
     return "mse" if scheme == "fixed8" else "minmax"
 
 
+# Targets whose runtime memory qcc plans: the plan is the last pass, so it sees final types.
+MEMORY_PLAN = {
+    "c": "plan-memory{kind=arena,aliases=true,inplace=true}",
+    "nnb": "plan-memory{kind=shared}",
+}
+
+
 def default_pipeline(scheme: str, target: str, opts: Any) -> str:
     """The pipeline spec for `--quantize scheme` writing to `target` (opts: CompileOptions)."""
+    passes = [p for p in (_quantization_pipeline(scheme, target, opts), MEMORY_PLAN.get(target, "")) if p]
+    return ",".join(passes)
+
+
+def _quantization_pipeline(scheme: str, target: str, opts: Any) -> str:
     if scheme == "none":
         return ""
     if scheme in CALIBRATED and not getattr(opts, "calib", None):

@@ -6,6 +6,7 @@ wait4 or capping its address space with RLIMIT_AS, and inspects the filesystem a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -82,6 +83,12 @@ def finish(proc: subprocess.Popen[bytes], logs: Path, timeout: float = 600) -> R
 
 def run_qcc(*args: str | Path, **kwargs: object) -> Run:
     return finish(*start(args, **kwargs))  # type: ignore[arg-type]
+
+
+def run_all(commands: Sequence[Sequence[str | Path]], cwd: Path = ROOT, address_space: int | None = None) -> list[Run]:
+    """Independent runs side by side (the machine has cores to spare while each imports)."""
+    started = [start(args, cwd=cwd, address_space=address_space) for args in commands]
+    return [finish(proc, logs) for proc, logs in started]
 
 
 def one_error(run: Run, code: int, path: Path | str) -> str:
@@ -202,16 +209,18 @@ def test_zip_slip_nnp_writes_nothing_outside_its_directory(tmp_path: Path, digit
     targets = [work.parent / "slip1", outer / "slip3", tmp_path / "slip4", outer / "absolute"]
     members = {"../slip1": b"owned", "../../../slip3": b"owned", "../../../../slip4": b"owned",
                str(outer / "absolute"): b"owned", "ok/../../slip_norm": b"owned"}
-    for name, data in members.items():
-        evil = work / "evil.nnp"
+    commands: list[list[str | Path]] = []
+    for n, (name, data) in enumerate(members.items()):
+        evil = work / f"evil{n}.nnp"
         evil.write_bytes(with_members(digits_nnp, {name: data}))
-        before_outer, before_parent = tree(outer), sorted(os.listdir(tmp_path.parent))
-        for args in (("inspect", evil), ("compile", evil, "-o", work / "out.onnx")):
-            line = one_error(run_qcc(*args, cwd=work), 3, evil)
-            assert "absolute path" in line or "climbs out" in line
-        assert tree(outer) == before_outer  # nothing written, nothing touched (the .nnp itself excepted)
-        assert sorted(os.listdir(tmp_path.parent)) == before_parent
-        assert not any(t.exists() for t in targets) and not (work / "out.onnx").exists()
+        commands += [["inspect", evil], ["compile", evil, "-o", work / f"out{n}.onnx"]]
+    before_outer, before_parent = tree(outer), sorted(os.listdir(tmp_path.parent))
+    for args, run in zip(commands, run_all(commands, cwd=work)):
+        line = one_error(run, 3, args[1])
+        assert "absolute path" in line or "climbs out" in line
+    assert tree(outer) == before_outer  # nothing written or touched anywhere around the archives
+    assert sorted(os.listdir(tmp_path.parent)) == before_parent
+    assert not any(t.exists() for t in targets)
 
 
 # ----------------------------------------------------------------------------- zip bombs
@@ -235,9 +244,9 @@ def _bomb_cases(digits_nnp: bytes, tmp: Path) -> list[tuple[str, Path, list[str 
 
 
 def test_zip_bombs_are_refused_with_bounded_memory(tmp_path: Path, digits_nnp: bytes) -> None:
-    for kind, path, args in _bomb_cases(digits_nnp, tmp_path):
+    cases = _bomb_cases(digits_nnp, tmp_path)
+    for (kind, path, _), run in zip(cases, run_all([args for _, _, args in cases])):
         assert path.stat().st_size < 5 * MB
-        run = run_qcc(*args)
         line = one_error(run, 3, path)
         assert "limit" in line, line
         assert run.maxrss_mb < 400, f"{kind}: peak RSS {run.maxrss_mb:.0f} MB"
@@ -295,16 +304,17 @@ def test_a_declared_huge_tensor_is_refused_before_allocating(tmp_path: Path, dig
         "variable.nnp": nnp_out.getvalue(),
         "array.npz": npz_out.getvalue(),
     }
+    commands: list[list[str | Path]] = []
     for name, data in files.items():
         path = tmp_path / name
         path.write_bytes(data)
         if name.endswith(".npz"):
-            args: list[str | Path] = ["compile", DIGITS / "digits_cnn.onnx", "-o", tmp_path / "q.onnx", "--target",
-                                      "onnx-qdq", "--quantize", "int8", "--calib", path]
+            commands.append(["compile", DIGITS / "digits_cnn.onnx", "-o", tmp_path / "q.onnx", "--target", "onnx-qdq",
+                             "--quantize", "int8", "--calib", path])
         else:
-            args = ["compile", path, "-o", tmp_path / "out.onnx"]
-        run = run_qcc(*args, address_space=2 * 1024**3)
-        line = one_error(run, 3, path)
+            commands.append(["compile", path, "-o", tmp_path / f"{name}.out.onnx"])
+    for name, run in zip(files, run_all(commands, address_space=2 * 1024**3)):
+        line = one_error(run, 3, tmp_path / name)
         assert "over the limit" in line, line
         assert run.maxrss_mb < 400
 
@@ -357,14 +367,15 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
                                                                tmp_path: Path) -> None:
     writing, total, reference = big_timeline
     out = tmp_path / "vgg19.onnx"
-    old = run_qcc("compile", DIGITS / "digits_cnn.onnx", "-o", out)  # a complete, different previous output
-    assert old.returncode == 0
-    old_hash = sha256(out)
+    old_hash = ""
     left_behind = 0
-    # (remove the old output first?, when to kill: None = while compiling, else fraction of the write)
+    # (no previous output?, when to kill: None = while compiling, else that fraction into the write)
     for fresh, during_write in ((False, None), (False, 0.2), (False, 0.6), (True, 0.4), (False, 0.9)):
         if fresh:
-            out.unlink()
+            out.unlink(missing_ok=True)
+        elif not out.exists() or sha256(out) != old_hash:  # a complete, different previous output
+            assert run_qcc("compile", DIGITS / "digits_cnn.onnx", "-o", out).returncode == 0
+            old_hash = sha256(out)
         proc, logs = start(["compile", big_model, "-o", out])
         if during_write is None:
             time.sleep(writing * 0.6)
@@ -382,8 +393,6 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
         hidden = temporaries(tmp_path, out.name)
         assert all(TEMPORARY.match(n) for n in hidden), hidden
         left_behind = max(left_behind, len(hidden))
-        if out.exists() and sha256(out) == reference:  # completed before the kill: restore the old file
-            run_qcc("compile", DIGITS / "digits_cnn.onnx", "-o", out)
     assert left_behind, "no kill landed while the output was being written"
     # the next compile of the same target removes the temporaries of the killed runs
     final = run_qcc("compile", big_model, "-o", out)
@@ -534,8 +543,8 @@ def test_every_error_is_one_line_naming_the_file(tmp_path: Path, digits_nnp: byt
         (["compile", model, "-o", out, "--limit", "max_nodes=5"], 3, model),
         (["compile", model, "-o", out, "--limit", "max_tensor_elements=100"], 3, model),
     ]
-    for args, code, path in cases:
-        one_error(run_qcc(*args), code, path)
+    for (_, code, path), run in zip(cases, run_all([args for args, _, _ in cases])):
+        one_error(run, code, path)
     assert not out.exists() and not (tmp_path / "q.onnx").exists()
 
 
@@ -557,16 +566,6 @@ def test_a_stack_trace_only_with_debug(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- .pt2
-RAW_LOAD = """
-import os, sys, torch
-for path in sys.argv[1:]:
-    try:
-        torch.export.load(path)
-    except Exception:
-        pass
-"""
-
-
 def _rewrite(src: Path, dst: Path, edit: Callable[[str, bytes], bytes]) -> None:
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
@@ -624,7 +623,9 @@ def test_pt2_loading_runs_no_code_from_the_file(tmp_path: Path) -> None:
         paths[name] = tmp_path / f"{name}.pt2"
         _rewrite(good, paths[name], edit)
     # the files are genuinely hostile: torch.export.load on its own runs each payload
-    subprocess.run([sys.executable, "-c", RAW_LOAD, *map(str, paths.values())], capture_output=True, timeout=300)
+    for path in paths.values():
+        with contextlib.suppress(Exception):
+            torch.export.load(str(path))
     assert all(marker.exists() for marker in markers.values()), [m.name for m in markers.values() if not m.exists()]
     for marker in markers.values():
         marker.unlink()

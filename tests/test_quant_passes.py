@@ -291,9 +291,12 @@ def test_default_pipelines() -> None:
     assert default_pipeline("none", "onnx", opts) == ""
     assert default_pipeline("uint8", "onnx-qdq", opts) == \
         "fold-bn,calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
-    assert default_pipeline("fixed8", "nnb", opts).endswith("{bits=8,weight_bits=8,method=mse,target=nnb}")
+    assert default_pipeline("fixed8", "nnb", opts).endswith(
+        "{bits=8,weight_bits=8,method=mse,target=nnb},plan-memory{kind=shared}")
     assert "target=generic" in default_pipeline("fixed16", "onnx-qdq", opts)
-    assert default_pipeline("binary-connect", "nnb", opts) == "binarize-weights{mode=binary-connect}"
+    assert default_pipeline("binary-connect", "nnb", opts) == \
+        "binarize-weights{mode=binary-connect},plan-memory{kind=shared}"
+    assert default_pipeline("none", "c", opts) == "plan-memory{kind=arena,aliases=true,inplace=true}"
     with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
                                         "method": "entropy"})
     assert default_pipeline("int8", "onnx", with_overrides) == \

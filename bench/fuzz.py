@@ -9,10 +9,11 @@ archives: zip-slip and zip-bomb members, .npy header and .nntxt field edits; .nn
 index and struct word edits; YAML: unsafe tags, alias bombs, deep nesting). Case `i` of seed
 `S` is a pure function of (reader, S, i), so any finding can be replayed alone (`--save`).
 
-Each case runs in a worker process (address space capped with RLIMIT_AS, cwd inside a sandbox)
-with a time limit, and is counted as `ok` (read fine), `clean` (a qcc error), `crash` (any other
-exception, MemoryError, the worker dying from a signal, or a file written anywhere but the case's
-own file) or `hang` (time limit; a worker stuck in native code is killed by the parent).
+Each case runs in a worker process (address space capped with RLIMIT_AS, qcc's limits set to
+CAMPAIGN_LIMITS, cwd inside a sandbox) with a time limit, and is counted as `ok` (read fine), `clean` (a qcc error naming the file),
+`unnamed` (a qcc error whose message does not name the file), `crash` (any other exception,
+MemoryError, the worker dying from a signal, or a file written anywhere but the case's own file)
+or `hang` (time limit; a worker stuck in native code is killed by the parent).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DIGITS = ROOT / "examples" / "digits"
+# Workers run with these limits under a memory cap of about four times them: any allocation the
+# limits do not bound shows up as a MemoryError (a crash), not as a slow success.
+CAMPAIGN_LIMITS = {"max_parameter_bytes": 512 * 1024 * 1024, "max_archive_bytes": 512 * 1024 * 1024}
 ESCAPE_NAME = "qcc_fuzz_escape"  # zip-slip members are named after this; none may ever appear
 ABSOLUTE_ESCAPE = f"/tmp/{ESCAPE_NAME}_abs"
 
@@ -528,6 +532,8 @@ def _run_case(reader: str, path: str, timeout: float) -> tuple[str, str]:
     except _Timeout:
         return "hang", f"over {timeout:g}s (in Python)"
     except QccError as exc:
+        if path not in str(exc):  # every message names the file it is about
+            return "unnamed", f"{type(exc).__name__}: {str(exc)[:200]}"
         return "clean", str(exc)[:200]
     except MemoryError:
         return "crash", "MemoryError (the reader allocated past the worker's memory cap)"
@@ -542,6 +548,9 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C
     warnings.simplefilter("ignore")  # zipfile's duplicate-name warnings while building cases
+    from qcc import limits
+
+    limits.configure([f"{name}={value}" for name, value in CAMPAIGN_LIMITS.items()])
     logging.disable(logging.WARNING)  # readers' own log lines (nnabla, torch) are not findings
     _limit_memory(memory_mb)
     cases, cwd = os.path.join(home, "case"), os.path.join(home, "cwd")
@@ -556,6 +565,7 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
         path = os.path.join(cases, "case" + suffix)
         with open(path, "wb") as handle:
             handle.write(make_case(reader, seeds, seed, index))
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         outcome, detail = _run_case(reader, path, timeout)
         written = sorted(set(os.listdir(cases)) - {"case" + suffix}) + os.listdir(cwd)
         if written:  # a reader may read its input, nothing else: any new file is a failure
@@ -564,7 +574,7 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
             os.makedirs(cwd, exist_ok=True)
         shutil.rmtree(cases, ignore_errors=True)
         rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        results.put((index, outcome, detail, rss_kb))
+        results.put((index, outcome, detail, rss_kb, rss_kb - rss_before))
 
 
 class _Slot:
@@ -593,6 +603,7 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
     seeds = READERS[reader]["seeds"]()
     counts: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    heavy: list[tuple[int, int, str]] = []
     findings: list[tuple[int, str, str]] = []
     peak_rss_kb = 0
     ctx = mp.get_context("fork")
@@ -616,13 +627,15 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
         counts[outcome] += 1
         if outcome == "clean":
             reasons[_reason(detail)] += 1
-        if outcome in ("crash", "hang"):
+        if outcome in ("crash", "hang", "unnamed"):
             findings.append((index, outcome, detail))
 
-    def handle(item: tuple[int, str, str, int]) -> None:
+    def handle(item: tuple[int, str, str, int, int]) -> None:
         nonlocal peak_rss_kb
-        index, outcome, detail, rss_kb = item
+        index, outcome, detail, rss_kb, grew_kb = item
         peak_rss_kb = max(peak_rss_kb, rss_kb)
+        if grew_kb > 256 * 1024:  # this case raised the worker's peak by more than 256 MB
+            heavy.append((index, round(grew_kb / 1024), outcome))
         record(index, outcome, detail)
         slot = next(s for s in slots if s.index == index)
         slot.index = None
@@ -671,13 +684,14 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
         shutil.rmtree(sandbox, ignore_errors=True)
     elapsed = time.perf_counter() - start
     result = {"reader": reader, "cases": count, "first": first, "seed": seed, "seeds": len(seeds),
-              "counts": {k: counts.get(k, 0) for k in ("ok", "clean", "crash", "hang")},
+              "counts": {k: counts.get(k, 0) for k in ("ok", "clean", "crash", "hang", "unnamed")},
               "findings": findings, "top_clean_reasons": reasons.most_common(12), "escaped_files": escaped, "seconds": round(elapsed, 1),
-              "peak_worker_rss_mb": round(peak_rss_kb / 1024, 1), "timeout": timeout, "workers": workers,
+              "peak_worker_rss_mb": round(peak_rss_kb / 1024, 1),
+              "heavy_cases": sorted(heavy, key=lambda h: -h[1])[:10], "timeout": timeout, "workers": workers,
               "memory_mb": memory_mb}
     if verbose:
         print(f"{reader}: {count} cases (seed {seed}) in {elapsed:.1f}s: " +
-              ", ".join(f"{k} {counts.get(k, 0)}" for k in ("ok", "clean", "crash", "hang")) +
+              ", ".join(f"{k} {counts.get(k, 0)}" for k in ("ok", "clean", "crash", "hang", "unnamed")) +
               f"; peak worker RSS {result['peak_worker_rss_mb']} MB")
         for index, outcome, detail in findings[:30]:
             print(f"  case {index}: {outcome}: {detail}")
@@ -708,9 +722,33 @@ def save_cases(reader: str, seed: int, indices: list[int], directory: str) -> li
     return paths
 
 
+def markdown_section(results: list[dict[str, Any]]) -> str:
+    """The `## Mutation campaign` section of docs/benchmarks.md for finished campaigns."""
+    import platform
+
+    lines = ["## Mutation campaign", "",
+             f"`bench/fuzz.py --reader R --cases N --seed S`, {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+             f"{results[0]['workers']} workers, {results[0]['timeout']:g} s per case, workers capped at "
+             f"{results[0]['memory_mb']} MB of address space with qcc's limits "
+             + ", ".join(f"{k}={v // (1024 * 1024)} MiB" for k, v in CAMPAIGN_LIMITS.items())
+             + ". `clean` = a qcc error naming the file; `unnamed` = a qcc error that does not name it.", "",
+             "| reader | seed | cases | ok | clean | crash | hang | unnamed | escaped files | seconds | peak worker RSS (MB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        c = r["counts"]
+        lines.append(f"| {r['reader']} | {r['seed']} | {r['cases']} | {c['ok']} | {c['clean']} | {c['crash']} | "
+                     f"{c['hang']} | {c['unnamed']} | {len(r['escaped_files'])} | {r['seconds']} | "
+                     f"{r['peak_worker_rss_mb']} |")
+    lines += ["", "What stopped the refused cases most often (per reader, top 5):", ""]
+    for r in results:
+        top = "; ".join(f"{reason.strip()} ({n})" for reason, n in r["top_clean_reasons"][:5])
+        lines.append(f"- **{r['reader']}**: {top}")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reader", required=True, choices=sorted(READERS))
+    parser.add_argument("--reader", required=True, choices=[*sorted(READERS), "all"])
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--first", type=int, default=0, help="index of the first case (to resume or replay)")
     parser.add_argument("--seed", type=int, default=0)
@@ -719,15 +757,23 @@ def main() -> int:
     parser.add_argument("--memory-mb", type=int, default=2048, help="address space per worker beyond its start")
     parser.add_argument("--save", metavar="DIR", help="write the crashing/hanging cases into DIR")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--doc", action="store_true", help="write the results into docs/benchmarks.md")
     args = parser.parse_args()
-    result = run_campaign(args.reader, args.cases, args.seed, args.timeout, args.workers, args.memory_mb,
-                          verbose=not args.json, first=args.first)
-    if args.save and result["findings"]:
-        for path in save_cases(args.reader, args.seed, [i for i, _, _ in result["findings"]], args.save):
-            print(f"  saved {path}", file=sys.stderr)
+    results = []
+    for reader in sorted(READERS) if args.reader == "all" else [args.reader]:
+        result = run_campaign(reader, args.cases, args.seed, args.timeout, args.workers, args.memory_mb,
+                              verbose=not args.json, first=args.first)
+        if args.save and result["findings"]:
+            for path in save_cases(reader, args.seed, [i for i, _, _ in result["findings"]], args.save):
+                print(f"  saved {path}", file=sys.stderr)
+        results.append(result)
     if args.json:
-        print(json.dumps(result, indent=2))
-    bad = result["counts"]["crash"] + result["counts"]["hang"] + len(result["escaped_files"])
+        print(json.dumps(results if args.reader == "all" else results[0], indent=2))
+    if args.doc:
+        from bench.doc_section import replace_section
+
+        replace_section("## Mutation campaign", markdown_section(results))
+    bad = sum(len(r["findings"]) + len(r["escaped_files"]) for r in results)
     return 1 if bad else 0
 
 

@@ -55,6 +55,7 @@ def nnb_logits(path: Path, x: np.ndarray) -> tuple[np.ndarray, str]:
 
     from qcc.backends.nnb.format import read_nnb
     from qcc.backends.nnb.lift import lift_nnb
+
     from qcc.sim import run_model
 
     runtime = os.environ.get("QCC_NNABLART") or shutil.which("nnablart")

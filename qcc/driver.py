@@ -16,7 +16,15 @@ from typing import Any
 
 import attrs
 
-from qcc.errors import DECODE_ERRORS, InvalidInputError, QccError, UsageError
+from qcc.errors import (
+    DECODE_ERRORS,
+    InternalError,
+    InvalidInputError,
+    QccError,
+    UnsupportedError,
+    UsageError,
+    naming,
+)
 from qcc.ir.core import Model
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
@@ -69,8 +77,8 @@ def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **opti
     clean = {k: v for k, v in options.items() if v is not None}
     try:
         return fe.load(text, **clean)  # type: ignore[no-any-return]
-    except QccError:
-        raise
+    except QccError as exc:
+        raise naming(exc, text) from exc.__cause__
     except DECODE_ERRORS as exc:  # what corrupt bytes raise in any reader, named by file here
         raise InvalidInputError(f"{text}: not a readable {fe.name} model: {type(exc).__name__}: "
                                 f"{str(exc)[:300]}") from None
@@ -92,6 +100,23 @@ def compile(
     **options: Any,
 ) -> tuple[Model, dict[str, Any]]:
     """Compile like `qcc compile`; returns the compiled model and the report dictionary."""
+    try:
+        return _compile(model, output, target, passes, instruments, **options)
+    except (InvalidInputError, UnsupportedError, InternalError) as exc:
+        # about the model's content: name the model unless the message names one of the files involved
+        files = [os.fspath(options[k]) for k in ("calib", "settings", "eval", "report") if options.get(k)]
+        source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
+        raise (naming(exc, source, os.fspath(output), *files) if source else exc) from exc.__cause__
+
+
+def _compile(
+    model: str | os.PathLike[str] | Model | Any,
+    output: str | os.PathLike[str],
+    target: str | None,
+    passes: str | Sequence[Pass | PassSpec] | None,
+    instruments: Sequence[Instrument],
+    **options: Any,
+) -> tuple[Model, dict[str, Any]]:
     from qcc.plugins import backend_for
 
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)

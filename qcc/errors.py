@@ -64,3 +64,21 @@ class VerificationError(InternalError):
 DECODE_ERRORS: tuple[type[BaseException], ...] = (
     zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, struct.error, EOFError, UnicodeError, RecursionError,
 )
+
+# What malformed content (an attribute of the wrong type or length, a missing field) raises inside
+# one importer step; the ONNX and NNabla frontends turn it into an error naming the node.
+MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
+    TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError, UnicodeError,
+)
+
+
+def naming(exc: QccError, source: str, *others: str) -> QccError:
+    """`exc`, its message prefixed with `source: ` unless it already names `source` or one of `others`.
+
+    Readers and ops deep inside qcc know the node or tensor but not always the file; the driver
+    adds it here, so every message a user sees names the file it is about.
+    """
+    text = str(exc)
+    if not any(name and name in text for name in (source, *others)):
+        exc.args = (f"{source}: {text}", *exc.args[1:])
+    return exc

@@ -116,7 +116,7 @@ def test_digits_fixed_point_is_bit_exact(tmp_path: Path, scheme: str) -> None:
     want = outputs_of(model, {"x": data["x"]}, fixed=True)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     accuracy = float(np.mean(got.argmax(1) == data["labels"]))
-    assert accuracy > (0.9 if scheme != "fixed8" else 0.6), accuracy
+    assert accuracy > 0.9, accuracy
 
 
 def test_quantized_run_model_dispatches_to_the_integer_kernels() -> None:

@@ -37,7 +37,7 @@ def test_reader_survives_mutated_input(reader: str) -> None:
     result = fuzz.run_campaign(reader, CASES[reader], SEED, timeout=20.0, workers=2, memory_mb=2048, verbose=False)
     counts = result["counts"]
     assert result["findings"] == [], result["findings"][:5]
-    assert counts["crash"] == 0 and counts["hang"] == 0
+    assert counts["crash"] == 0 and counts["hang"] == 0 and counts["unnamed"] == 0
     assert result["escaped_files"] == []
     assert counts["ok"] + counts["clean"] == CASES[reader]
     # the mutations reach both outcomes: some files stay readable, most are refused

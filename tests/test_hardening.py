@@ -367,15 +367,14 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
                                                                tmp_path: Path) -> None:
     writing, total, reference = big_timeline
     out = tmp_path / "vgg19.onnx"
-    old_hash = ""
+    old = b"the complete output of an earlier compile"
     left_behind = 0
     # (no previous output?, when to kill: None = while compiling, else that fraction into the write)
-    for fresh, during_write in ((False, None), (False, 0.2), (False, 0.6), (True, 0.4), (False, 0.9)):
+    for fresh, during_write in ((False, None), (False, 0.3), (True, 0.5), (False, 0.85)):
         if fresh:
             out.unlink(missing_ok=True)
-        elif not out.exists() or sha256(out) != old_hash:  # a complete, different previous output
-            assert run_qcc("compile", DIGITS / "digits_cnn.onnx", "-o", out).returncode == 0
-            old_hash = sha256(out)
+        else:
+            out.write_bytes(old)
         proc, logs = start(["compile", big_model, "-o", out])
         if during_write is None:
             time.sleep(writing * 0.6)
@@ -386,7 +385,7 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
         run = finish(proc, logs)
         assert run.returncode in (-signal.SIGKILL, 0)
         if out.exists():
-            assert sha256(out) in ({reference} if fresh else {old_hash, reference})
+            assert sha256(out) == reference or (not fresh and out.read_bytes() == old)
         else:
             assert fresh
         assert visible(tmp_path) == ([out.name] if out.exists() else [])
@@ -394,9 +393,8 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
         assert all(TEMPORARY.match(n) for n in hidden), hidden
         left_behind = max(left_behind, len(hidden))
     assert left_behind, "no kill landed while the output was being written"
-    # the next compile of the same target removes the temporaries of the killed runs
-    final = run_qcc("compile", big_model, "-o", out)
-    assert final.returncode == 0 and sha256(out) == reference
+    # the next compile to the same target removes the temporaries of the killed runs
+    assert run_qcc("compile", DIGITS / "digits_cnn.onnx", "-o", out).returncode == 0
     assert temporaries(tmp_path, out.name) == [] and visible(tmp_path) == [out.name]
 
 

@@ -266,6 +266,8 @@ def _dense(lw: Lowering, node: Node) -> Step:
 def _pool(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     xs, ys = static_shape(x), static_shape(y)
+    if len(xs) != 4:
+        raise lw.unsupported(node, f"rank-{len(xs)} input (only NCHW pooling)")
     if node.op.startswith("Global"):
         kernel, strides, pads, include = [xs[2], xs[3]], [1, 1], [0, 0, 0, 0], 0
     else:

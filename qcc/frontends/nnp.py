@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from qcc import limits
-from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError
+from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError, UsageError
 from qcc.frontends.nnp_archive import NnpContents, function_args, param_field, read_nnp
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
@@ -628,11 +628,6 @@ def _check_declared(ctx: _Ctx, network: Any) -> None:
         limits.check_elements(count, f"variable {var.name!r}", ctx.source)
 
 
-# what a function with malformed arguments raises inside an importer (e.g. a Reshape carrying a
-# convolution_param, a kernel of the wrong length)
-MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError)
-
-
 def _import_function(ctx: _Ctx, f: Any) -> None:
     carried = f.WhichOneof("parameter")
     expected = param_field(f.type)
@@ -642,7 +637,7 @@ def _import_function(ctx: _Ctx, f: Any) -> None:
         IMPORTERS[f.type](ctx, f, function_args(f))
     except QccError:
         raise
-    except MALFORMED as exc:
+    except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{ctx.where(f)}: malformed function: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 

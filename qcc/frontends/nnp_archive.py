@@ -21,6 +21,7 @@ import numpy as np
 
 from qcc import archive, limits
 from qcc.errors import InvalidInputError
+from qcc.io import quiet_native_stderr
 
 NETWORK_EXTS = (".nntxt", ".prototxt")
 PARAM_EXTS = (".h5", ".protobuf")
@@ -59,7 +60,8 @@ def _merge_binary(proto: Any, data: bytes, where: str) -> None:
     from google.protobuf.message import DecodeError
 
     try:
-        proto.MergeFromString(data)
+        with quiet_native_stderr():  # libprotobuf logs bad UTF-8 straight to fd 2; the error says it all
+            proto.MergeFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise InvalidInputError(f"{where}: corrupt protobuf: {exc}") from None
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from qcc import limits
-from qcc.errors import InvalidInputError, QccError, UnsupportedError
+from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
 from qcc.io import quiet_native_stderr
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import DTYPES, TensorType
@@ -34,6 +34,14 @@ class _Ctx:
         self.values: dict[str, Value] = {}
         self.consts: dict[str, np.ndarray] = {}
         self._const_values: dict[str, Value] = {}
+        self.param_bytes = 0
+
+    def reserve(self, count: int, itemsize: int, what: str) -> None:
+        """Account for a constant about to be materialized: limits are checked before allocating."""
+        limits.check_tensor(count, itemsize, what, self.source)
+        self.param_bytes += count * itemsize
+        limits.check_count("bytes of parameters and folded constants", self.param_bytes,
+                           limits.current().max_parameter_bytes, self.source)
 
     def is_const(self, name: str) -> bool:
         return name == "" or name in self.consts
@@ -487,8 +495,7 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
-        limits.check_tensor(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize,
-                            f"node {node.name!r} (ConstantOfShape)", ctx.source)
+        ctx.reserve(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize, f"node {node.name!r} (ConstantOfShape)")
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op in fast:
         result = fast[op]()
@@ -515,7 +522,7 @@ def _precheck_size(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> None:
             count = int(max(0.0, np.ceil((limit - start) / delta))) if delta else 1 << 62
     except (ValueError, TypeError, IndexError, OverflowError):
         raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
-    limits.check_tensor(count, np.asarray(ins[0]).dtype.itemsize, f"node {node.name!r} ({op})", ctx.source)
+    ctx.reserve(count, np.asarray(ins[0]).dtype.itemsize, f"node {node.name!r} ({op})")
 
 
 def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
@@ -624,22 +631,18 @@ def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: 
     return import_proto(proto, str(source), batch_size)
 
 
-# what malformed protobuf content raises inside onnx/numpy helpers (a qcc bug shows up elsewhere)
-MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, UnicodeError)
-
-
 def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
     """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`."""
     try:
         return _import_proto(proto, source, batch_size)
     except QccError:
         raise
-    except MALFORMED as exc:
+    except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{source}: malformed ONNX model: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
 def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
@@ -649,16 +652,18 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
     limits.check_count("nodes", len(g.node), lim.max_nodes, source)
     graph = Graph(name=g.name or Path(source).stem)
     ctx = _Ctx(graph, opset, source)
-    param_bytes = 0
     for tensor in g.initializer:
         count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
-        limits.check_elements(count, f"initializer {tensor.name!r}", source)
+        try:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        except KeyError:
+            raise InvalidInputError(f"{source}: initializer {tensor.name!r} has unknown element type "
+                                    f"{tensor.data_type}") from None
+        ctx.reserve(count, itemsize, f"initializer {tensor.name!r}")
         try:
             ctx.consts[tensor.name] = numpy_helper.to_array(tensor)
         except Exception as exc:
             raise InvalidInputError(f"{source}: initializer {tensor.name!r} is corrupt: {exc}") from None
-        param_bytes += ctx.consts[tensor.name].nbytes
-        limits.check_count("parameter bytes", param_bytes, lim.max_parameter_bytes, source)
     for vi in g.input:
         if vi.name in ctx.consts:
             continue
@@ -688,7 +693,7 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
             _import_node(ctx, g, node, source)
         except QccError:
             raise
-        except MALFORMED as exc:
+        except MALFORMED_ERRORS as exc:
             # hostile or malformed attributes: name the node instead of crashing
             raise InvalidInputError(
                 f"{source}: node {node.name!r} ({node.op_type}) is malformed: {type(exc).__name__}: {exc}") from None

@@ -237,7 +237,7 @@ def _pool_shape(node: Node) -> tuple[int, int]:
 def maxpool_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     (fx,), fy = _types(node)
     if node.op == "GlobalMaxPool":
-        m = args[0].max(axis=(2, 3), keepdims=True)
+        m = args[0].max(axis=tuple(range(2, args[0].ndim)), keepdims=True)
     else:
         win = pool_windows(args[0], node.attrs, -np.inf, _pool_shape(node))
         m = np.nanmax(win, axis=(4, 5)).astype(np.int64)
@@ -256,7 +256,8 @@ def avgpool_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     (fx,), fy = _types(node)
     x = args[0]
     if node.op == "GlobalAvgPool":
-        return [average(x.sum(axis=(2, 3), keepdims=True), x.shape[2] * x.shape[3], fx, fy)]
+        spatial = tuple(range(2, x.ndim))
+        return [average(x.sum(axis=spatial, keepdims=True), int(np.prod(x.shape[2:])), fx, fy)]
     out_hw = _pool_shape(node)
     total = np.nansum(pool_windows(x, node.attrs, 0.0, out_hw), axis=(4, 5)).astype(np.int64)
     ones = np.ones((1, 1, *x.shape[2:]))

@@ -23,6 +23,7 @@ from qcc.frontends.nnp_archive import param_field
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, Sign
+from qcc.tables import registrar
 
 EXECUTOR = "Runtime"
 AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
@@ -211,12 +212,7 @@ Emitter = Callable[[NnpWriter, Node], None]
 EMITTERS: dict[str, Emitter] = {}
 
 
-def emitter(*ops: str) -> Callable[[Emitter], Emitter]:
-    def deco(fn: Emitter) -> Emitter:
-        for op in ops:
-            EMITTERS[op] = fn
-        return fn
-    return deco
+emitter = registrar(EMITTERS)
 
 
 def _one(w: NnpWriter, node: Node, ftype: str, args: dict[str, Any] | None = None,

@@ -13,6 +13,7 @@ import numpy as np
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
+from qcc.tables import registrar
 
 OPSET = 13
 
@@ -70,12 +71,7 @@ Exporter = Callable[[OnnxWriter, Node, list[str], list[str]], None]
 EXPORTERS: dict[str, Exporter] = {}
 
 
-def exporter(*ops: str) -> Callable[[Exporter], Exporter]:
-    def deco(fn: Exporter) -> Exporter:
-        for op in ops:
-            EXPORTERS[op] = fn
-        return fn
-    return deco
+exporter = registrar(EXPORTERS)
 
 
 def _same(onnx_op: str) -> Exporter:

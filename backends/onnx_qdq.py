@@ -41,13 +41,20 @@ ACTIVATION_DTYPES = {"int8": 13, "uint8": 13, "int16": 21, "uint16": 21}
 CONSTANT_DTYPES = {"int8": 13, "uint8": 13, "int32": 13, "int16": 21, "uint16": 21}
 """DequantizeLinear input types -> the opset that first allows them."""
 
-STORAGES = ("ort", "annotated")
-"""How int8 is written. 'ort' (default): int8 activations and constants as uint8 with zero
-point + 128, identical values. ONNX Runtime's x86 CPU kernels take only uint8 activations (it
-converts an int8 Q/DQ pair itself only when the Q feeds a single DequantizeLinear, so a tensor
-with two consumers would stay float), and uint8 weights run its u8u8 kernels, which cannot
-overflow the int16 pair sums that its u8s8 kernels saturate on AVX2 without VNNI.
-'annotated': every type exactly as annotated (for runtimes that require int8, e.g. TensorRT)."""
+STORAGES: dict[str, tuple[bool, bool]] = {"ort": (True, True), "ort-vnni": (True, False),
+                                         "annotated": (False, False)}
+"""How int8 is written: (activations and other constants as uint8, weights as uint8); the
+values never change.
+
+uint8 storage holds q + 128 with zero point + 128, which dequantizes to exactly the same values.
+- 'ort' (default): ONNX Runtime on any CPU. Its x86 kernels take only uint8 activations (it
+  converts an int8 Q/DQ pair itself only when the Q feeds a single DequantizeLinear, so a tensor
+  with two consumers would stay float), and uint8 weights run its u8u8 kernels, which cannot
+  overflow the int16 pair sums its u8s8 kernels saturate on AVX2 without VNNI.
+- 'ort-vnni': int8 weights (u8s8 kernels): about 20% faster on CPUs with VNNI (or ARM), but
+  full 8-bit weights can saturate on x86 AVX2 without VNNI.
+- 'annotated': every type exactly as annotated (runtimes that require int8, e.g. TensorRT).
+Measurements: docs/backends.md."""
 
 _FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
 
@@ -122,22 +129,21 @@ class Lowering:
         self.fallbacks.append({"tensor": value.name, "reason": reason})
 
 
-def stored(p: QParams, storage: str) -> QParams:
-    """p as the file stores it: with storage 'ort', int8 becomes uint8 holding q + 128 with zero
-    point + 128, which dequantizes to exactly the same values (see STORAGES)."""
-    if storage == "annotated" or p.dtype != "int8":
+def stored(p: QParams, to_uint8: bool) -> QParams:
+    """p as the file stores it: int8 as uint8 (q + 128, zero point + 128) when asked; same values."""
+    if not to_uint8 or p.dtype != "int8":
         return p
     return QParams("uint8", p.scale, (p.zero_point.astype(np.int64) + 128).astype(np.uint8), p.axis)
 
 
-def _activation_params(value: Value, low: Lowering, storage: str) -> QParams | None:
+def _activation_params(value: Value, low: Lowering, to_uint8: bool) -> QParams | None:
     if isinstance(value.quant, FixedPoint) and value.quant.bits not in (8, 16):
         raise UnsupportedError(f"onnx-qdq: activation {value.name!r} is {value.quant}; QuantizeLinear has no "
                                f"{value.quant.bits}-bit saturating form here (use FIXED8 or FIXED16)")
     params = qparams(value.quant, value.name)
     if params is None:
         return None
-    params = stored(params, storage)
+    params = stored(params, to_uint8)
     low.need(params.dtype, ACTIVATION_DTYPES, value.name)
     return params
 
@@ -176,17 +182,19 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
     """Decide every value's ONNX form and the report lines for what stays float."""
     if storage not in STORAGES:
         raise UsageError(f"onnx-qdq: storage {storage!r}: choose one of {', '.join(STORAGES)}")
+    uint8_activations, uint8_weights = STORAGES[storage]
     graph = model.graph
     low = Lowering()
     outputs = {id(v) for v in graph.outputs}
     for value in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]:
-        params = _activation_params(value, low, storage)
+        params = _activation_params(value, low, uint8_activations)
         if params is not None:
             low.activations[id(value)] = params
     for value in graph.constants:
         params = qparams(value.quant, value.name)
         if params is not None:
-            params = stored(params, storage)
+            weight = all(n.op in WEIGHTED and i == 1 for n, i in value.uses())
+            params = stored(params, uint8_weights if weight else uint8_activations)
             low.need(params.dtype, CONSTANT_DTYPES, value.name)
             low.constants[id(value)] = params
     for node in graph.nodes:

@@ -77,8 +77,10 @@ def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **opti
     clean = {k: v for k, v in options.items() if v is not None}
     try:
         return fe.load(text, **clean)  # type: ignore[no-any-return]
-    except QccError as exc:
+    except (InvalidInputError, UnsupportedError, InternalError) as exc:
         raise naming(exc, text) from exc.__cause__
+    except QccError:
+        raise
     except DECODE_ERRORS as exc:  # what corrupt bytes raise in any reader, named by file here
         raise InvalidInputError(f"{text}: not a readable {fe.name} model: {type(exc).__name__}: "
                                 f"{str(exc)[:300]}") from None

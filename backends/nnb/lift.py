@@ -19,6 +19,7 @@ from qcc.errors import UnsupportedError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
+from qcc.tables import registrar
 
 from .format import DataType, Function, NnbFile, Variable, decode_values
 from .functions import FunctionSpec, default_table
@@ -27,13 +28,7 @@ Lift = Callable[["_Lifter", Function, dict[str, Any]], None]
 LIFTS: dict[str, Lift] = {}
 
 
-def lifts(*names: str) -> Callable[[Lift], Lift]:
-    def deco(fn: Lift) -> Lift:
-        for name in names:
-            LIFTS[name] = fn
-        return fn
-
-    return deco
+lifts = registrar(LIFTS)
 
 
 def annotation(var: Variable) -> QuantType | None:

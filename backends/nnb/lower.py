@@ -22,6 +22,7 @@ from qcc.errors import InternalError, UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops._common import norm_axis
 from qcc.ir.types import Float32, QuantType
+from qcc.tables import registrar
 
 from .format import ArgValue, DataType
 from .program import FLOAT, NFunc, NVar, Program, Storage, encode_param, storage_of
@@ -31,13 +32,7 @@ LOWERINGS: dict[str, Handler] = {}
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
-def lowering(*ops: str) -> Callable[[Handler], Handler]:
-    def deco(fn: Handler) -> Handler:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-
-    return deco
+lowering = registrar(LOWERINGS)
 
 
 def supported_ops() -> list[str]:

@@ -23,6 +23,7 @@ from qcc.frontends.nnp_archive import NnpContents, function_args, param_field, r
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
+from qcc.tables import registrar
 
 INTERNAL = "nnp.internal"
 AFFINE_LEVELS = {(0, 255): "uint8", (-128, 127): "int8", (0, 65535): "uint16", (-32768, 32767): "int16"}
@@ -109,12 +110,7 @@ Importer = Callable[[_Ctx, Any, Any], None]
 IMPORTERS: dict[str, Importer] = {}
 
 
-def importer(*types: str) -> Callable[[Importer], Importer]:
-    def deco(fn: Importer) -> Importer:
-        for t in types:
-            IMPORTERS[t] = fn
-        return fn
-    return deco
+importer = registrar(IMPORTERS)
 
 
 def _need(cond: bool, ctx: _Ctx, f: Any, what: str) -> None:

@@ -20,6 +20,7 @@ from qcc.io import quiet_native_stderr
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import DTYPES, TensorType
 from qcc.ir.verify import verify_model
+from qcc.tables import registrar
 
 MIN_OPSET, MAX_OPSET = 9, 21
 
@@ -102,12 +103,7 @@ Importer = Callable[[_Ctx, Any, dict[str, Any]], None]
 IMPORTERS: dict[str, Importer] = {}
 
 
-def importer(*ops: str) -> Callable[[Importer], Importer]:
-    def deco(fn: Importer) -> Importer:
-        for op in ops:
-            IMPORTERS[op] = fn
-        return fn
-    return deco
+importer = registrar(IMPORTERS)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -266,30 +266,17 @@ class _Reduce(OpDef):
         return [TensorType(x.dtype, tuple(shape))]
 
 
-@register
-class ReduceMean(_Reduce):
-    """Mean over axes."""
+def _reduction(name: str, reduce: Any, doc: str) -> None:
+    """Register a reduction computed in float64 (sums of many float32 terms) and cast back."""
 
-    @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        return [x.astype(np.float64).mean(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"]).astype(x.dtype)]
+        out = reduce(x.astype(np.float64), axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"])
+        return [np.asarray(out).astype(x.dtype)]
+
+    register(type(name, (_Reduce,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel)}))
 
 
-@register
-class ReduceSum(_Reduce):
-    """Sum over axes."""
-
-    @staticmethod
-    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        x = xs[0]
-        return [x.astype(np.float64).sum(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"]).astype(x.dtype)]
-
-
-@register
-class ReduceMax(_Reduce):
-    """Max over axes."""
-
-    @staticmethod
-    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [xs[0].max(axis=tuple(node.attrs["axes"]), keepdims=node.attrs["keepdims"])]
+_reduction("ReduceMean", np.mean, "Mean over axes.")
+_reduction("ReduceSum", np.sum, "Sum over axes.")
+_reduction("ReduceMax", np.max, "Max over axes.")

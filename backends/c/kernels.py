@@ -14,6 +14,25 @@ from collections.abc import Callable
 from qcc.backends.c.ctype import FLOAT as FLOAT_T
 from qcc.backends.c.ctype import CType
 
+
+def _saturating(name: str, op: str, high: str, low: str, doc: str) -> str:
+    """The runtime's sum_sat/sub_sat: wrap, then saturate only on the overflow patterns it tests."""
+    return f"""
+/* {doc} */
+static int32_t {name}(int32_t a, int32_t b, int bits)
+{{
+    const int32_t r = qcc_wrap((int64_t)a {op} b, bits);
+    if ({high}) {{
+        return ((int32_t)1 << (bits - 1)) - 1;
+    }}
+    if ({low}) {{
+        return -((int32_t)1 << (bits - 1));
+    }}
+    return r;
+}}
+"""
+
+
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sat": ("""
 static int32_t qcc_sat(int64_t v, int32_t lo, int32_t hi)
@@ -43,34 +62,10 @@ static int32_t qcc_wrap(int64_t v, int bits)
     return u >= (m >> 1) ? (int32_t)u - (int32_t)m : (int32_t)u;
 }
 """, ()),
-    "sat_add": ("""
-/* nnabla-c-runtime's saturating add: overflow saturates, MIN + MIN wraps to 0. */
-static int32_t qcc_sat_add(int32_t a, int32_t b, int bits)
-{
-    const int32_t r = qcc_wrap((int64_t)a + b, bits);
-    if (a > 0 && b > 0 && r < 0) {
-        return ((int32_t)1 << (bits - 1)) - 1;
-    }
-    if (a < 0 && b < 0 && r > 0) {
-        return -((int32_t)1 << (bits - 1));
-    }
-    return r;
-}
-""", ("wrap",)),
-    "sat_sub": ("""
-/* nnabla-c-runtime's saturating subtract: 0 - MIN gives MIN. */
-static int32_t qcc_sat_sub(int32_t a, int32_t b, int bits)
-{
-    const int32_t r = qcc_wrap((int64_t)a - b, bits);
-    if (r < 0 && a > 0 && b < 0) {
-        return ((int32_t)1 << (bits - 1)) - 1;
-    }
-    if (r > 0 && a < 0 && b > 0) {
-        return -((int32_t)1 << (bits - 1));
-    }
-    return r;
-}
-""", ("wrap",)),
+    "sat_add": (_saturating("qcc_sat_add", "+", "a > 0 && b > 0 && r < 0", "a < 0 && b < 0 && r > 0",
+                            "nnabla-c-runtime's saturating add: overflow saturates, MIN + MIN wraps to 0."), ("wrap",)),
+    "sat_sub": (_saturating("qcc_sat_sub", "-", "r < 0 && a > 0 && b < 0", "r > 0 && a < 0 && b > 0",
+                            "nnabla-c-runtime's saturating subtract: 0 - MIN gives MIN."), ("wrap",)),
     "store": ("""
 /* The setter: v * 2^frac (scale, exact) truncated toward zero and saturated; NaN stores 0. */
 static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)

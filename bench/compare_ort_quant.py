@@ -35,10 +35,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.doc_section import DOC, replace_section  # noqa: E402
 from tests import ort_quant  # noqa: E402
 from tests.onnx_zoo import random_input, randomized_bytes  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
 SECTION = "## ONNX QDQ vs quantize_static"
 DIGITS = ROOT / "examples" / "digits"
 
@@ -200,7 +200,8 @@ def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
     def score(y: np.ndarray) -> float:
         return ort_quant.top1(y, case.labels if case.labels is not None else ref.argmax(axis=1))
 
-    lat = latencies([case.model, *(r.path for r in rows)], {k: v[:1] for k, v in case.feeds.items()}, runs)
+    batch = 1 if case.static_batch else len(case.labels if case.labels is not None else ref)
+    lat = latencies([case.model, *(r.path for r in rows)], {k: v[:batch] for k, v in case.feeds.items()}, runs)
     lines.append(f"| float | - | {score(ref):.4f} | - | {case.model.stat().st_size / 1024:.0f} | "
                  f"{float_ops(case.model)} | {lat[0]:.2f} | - | - |")
     for row, ms in zip(rows, lat[1:]):
@@ -221,22 +222,15 @@ def write_section(lines: list[str], args: argparse.Namespace) -> None:
         f"`bench/compare_ort_quant.py`, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
         f"onnxruntime {onnxruntime.__version__}; {args.samples} random calibration samples and "
         f"{args.eval_samples} random evaluation samples for the light models (digits: its 359 calibration "
-        "and 360 test images). Latency: one sample, single thread, default ORT optimizations, median of "
+        "and 360 test images). Latency: one batch (light models: 1 sample; digits: its 360 test images), "
+        "single thread, default ORT optimizations, median of "
         f"{args.runs} runs interleaved across the models of a table. 'float ops in ORT': nodes of ORT's optimized graph "
         "that compute on float data, QuantizeLinear/DequantizeLinear not counted (0 = every op runs in an "
         "integer kernel), with the most frequent kinds. "
         f"1-minute load average at the end: {os.getloadavg()[0]:.1f} (other jobs share the machine).",
         "",
     ]
-    body = "\n".join(head + lines) + "\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + body
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + (text[end + 1:] if end >= 0 else "")
-    DOC.write_text(text)
+    replace_section(SECTION, "\n".join(head + lines) + "\n", DOC)
 
 
 def ort_worker(argv: list[str]) -> None:

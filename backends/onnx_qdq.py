@@ -126,7 +126,9 @@ class Lowering:
         self.opset = max(self.opset, table[dtype])
 
     def fallback(self, value: Value, reason: str) -> None:
-        self.fallbacks.append({"tensor": value.name, "reason": reason})
+        """One float_fallbacks entry, shaped like the quantization passes' ones."""
+        kind = "parameter" if value.is_const else "activation"
+        self.fallbacks.append({"tensor": value.name, "kind": kind, "reason": reason})
 
 
 def stored(p: QParams, to_uint8: bool) -> QParams:
@@ -212,8 +214,7 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
         if id(value) in low.activations or id(value) in low.constants:
             continue
         users = ", ".join(sorted({n.name for n in value.consumers()})) or "graph output"
-        kind = "parameter" if value.is_const else "activation"
-        low.fallback(value, f"{kind} not annotated by the pipeline: stays float (used by {users})")
+        low.fallback(value, f"not annotated by the pipeline: stays float (read by {users})")
     return low
 
 

@@ -704,9 +704,9 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
 
 def _reason(message: str) -> str:
     """A clean error's message without the case path, names and numbers: what stopped the case."""
-    text = message.split(": ", 1)[-1]
+    text = " ".join(message.split(": ", 1)[-1].split())
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'_'", text)
-    return re.sub(r"\d+", "N", text)[:70]
+    return re.sub(r"(?<![A-Za-z-])\d+", "N", text)[:70]
 
 
 def save_cases(reader: str, seed: int, indices: list[int], directory: str) -> list[str]:
@@ -726,22 +726,25 @@ def markdown_section(results: list[dict[str, Any]]) -> str:
     """The `## Mutation campaign` section of docs/benchmarks.md for finished campaigns."""
     import platform
 
+    first = results[0]
     lines = ["## Mutation campaign", "",
-             f"`bench/fuzz.py --reader R --cases N --seed S`, {time.strftime('%Y-%m-%d')}, {platform.machine()}, "
+             f"`python bench/fuzz.py --reader all --cases {first['cases']} --seed {first['seed']} --doc`, "
+             f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, "
              f"{results[0]['workers']} workers, {results[0]['timeout']:g} s per case, workers capped at "
              f"{results[0]['memory_mb']} MB of address space with qcc's limits "
              + ", ".join(f"{k}={v // (1024 * 1024)} MiB" for k, v in CAMPAIGN_LIMITS.items())
              + ". `clean` = a qcc error naming the file; `unnamed` = a qcc error that does not name it.", "",
-             "| reader | seed | cases | ok | clean | crash | hang | unnamed | escaped files | seconds | peak worker RSS (MB) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| reader | seed files | seed | cases | ok | clean | crash | hang | unnamed | escaped files | seconds "
+             "| peak worker RSS (MB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         c = r["counts"]
-        lines.append(f"| {r['reader']} | {r['seed']} | {r['cases']} | {c['ok']} | {c['clean']} | {c['crash']} | "
+        lines.append(f"| {r['reader']} | {r['seeds']} | {r['seed']} | {r['cases']} | {c['ok']} | {c['clean']} | {c['crash']} | "
                      f"{c['hang']} | {c['unnamed']} | {len(r['escaped_files'])} | {r['seconds']} | "
                      f"{r['peak_worker_rss_mb']} |")
     lines += ["", "What stopped the refused cases most often (per reader, top 5):", ""]
     for r in results:
-        top = "; ".join(f"{reason.strip()} ({n})" for reason, n in r["top_clean_reasons"][:5])
+        top = "; ".join(f"{' '.join(reason.split())} ({n})" for reason, n in r["top_clean_reasons"][:5])
         lines.append(f"- **{r['reader']}**: {top}")
     return "\n".join(lines) + "\n"
 

@@ -162,7 +162,7 @@ def test_unannotated_tensors_are_reported(compiled: dict[str, Any], tmp_path: Pa
     finally:
         for name, quant in saved.items():
             values[name].quant = quant
-    assert {f["tensor"] for f in fallbacks} == {"avgpool1", "flatten1"}
+    assert {(f["tensor"], f["kind"]) for f in fallbacks} == {("avgpool1", "activation"), ("flatten1", "activation")}
     assert "fc" in next(f["reason"] for f in fallbacks if f["tensor"] == "flatten1")
     # exactly what the report lines announce runs in float: the pooling, the flatten and the Dense
     assert ort_quant.float_ops(tmp_path / "partial.onnx") == {"AveragePool": 1, "Flatten": 1, "Gemm": 1}

@@ -54,12 +54,27 @@ def _cap(address_space: int | None) -> Callable[[], None] | None:
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
 
+# A forked child's ru_maxrss starts at the parent's RSS (the kernel keeps the pre-exec high-water
+# mark), and pytest holds torch & co.; so the child reports its own VmHWM, which exec resets.
+_PEAK_TRAMPOLINE = """
+import atexit, runpy, sys
+def _peak(path=sys.argv[1]):
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM'):
+            open(path, 'w').write(line.split()[1])
+atexit.register(_peak)
+sys.argv = ['qcc', *sys.argv[2:]]
+runpy.run_module('qcc', run_name='__main__')
+"""
+
+
 def start(args: Sequence[str | Path], cwd: Path = ROOT, env: dict[str, str] | None = None,
           address_space: int | None = None) -> tuple[subprocess.Popen[bytes], Path]:
     logs = Path(tempfile.mkdtemp(prefix="qcc-run-"))
     with open(logs / "out", "wb") as out, open(logs / "err", "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "qcc", *map(str, args)], stdout=out, stderr=err, cwd=cwd,
-                                env={**os.environ, **(env or {})}, preexec_fn=_cap(address_space))
+        proc = subprocess.Popen([sys.executable, "-c", _PEAK_TRAMPOLINE, str(logs / "hwm"), *map(str, args)],
+                                stdout=out, stderr=err, cwd=cwd, env={**os.environ, **(env or {})},
+                                preexec_fn=_cap(address_space))
     return proc, logs
 
 
@@ -75,8 +90,10 @@ def finish(proc: subprocess.Popen[bytes], logs: Path, timeout: float = 600) -> R
             raise AssertionError(f"qcc did not finish in {timeout}s")
         time.sleep(0.02)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    hwm = logs / "hwm"
+    peak_kb = float(hwm.read_text()) if hwm.exists() and hwm.read_text().strip() else usage.ru_maxrss
     run = Run(proc.returncode, (logs / "out").read_text(errors="replace"), (logs / "err").read_text(errors="replace"),
-              usage.ru_maxrss / 1024)
+              peak_kb / 1024)
     shutil.rmtree(logs, ignore_errors=True)
     return run
 

@@ -167,16 +167,12 @@ def write_section(lines: list[str]) -> None:
         f"Best of the repeats; 1-minute load average at the end: {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPUs (other jobs share the machine, so absolute MB/s vary).",
     ]
-    body = "\n".join(head + lines) + "\n"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + body
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + body + (text[end + 1 :] if end >= 0 else "")
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.doc_section import replace_section
+
+    replace_section(SECTION, "\n".join(head + lines) + "\n", DOC)
 
 
 def _ort_version() -> str:

@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             acc = accuracy(logits, labels)
             how = "qcc simulator"
         memory = report.get("memory", {})
-        ram = memory.get("arena_bytes") or memory.get("shared_objects_bytes") or "-"
+        # what the target allocates: the .nnb runtime's buffers as written, else the planned arena
+        ram = (model.products.get("nnb", {}).get("buffer_bytes") or memory.get("arena_bytes")
+               or memory.get("shared_objects_bytes") or "-")
         rows.append((job["label"], f"{acc:.4f}", how, str(size), str(ram), f"{seconds:.2f}s"))
     header = ("target", "accuracy", "measured in", "output bytes", "RAM bytes", "compile")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

@@ -479,10 +479,6 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
     if not all(ctx.is_const(n) for n in node.input):
         return False
     ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
-    fast: dict[str, Callable[[], list[np.ndarray]]] = {
-        "Identity": lambda: [ins[0]],
-        "Cast": lambda: [ins[0].astype(__import__("onnx").helper.tensor_dtype_to_np_dtype(attrs["to"]))],
-    }
     result: Any
     if op == "ConstantOfShape":
         from onnx import numpy_helper
@@ -493,8 +489,12 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
         ctx.reserve(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize, f"node {node.name!r} (ConstantOfShape)")
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
-    elif op in fast:
-        result = fast[op]()
+    elif op == "Identity":
+        result = [ins[0]]
+    elif op == "Cast":
+        from onnx import helper
+
+        result = [ins[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"]))]
     elif op in ("Expand", "Tile", "Range"):
         _precheck_size(ctx, node, op, ins)
         result = _reference_eval(ctx, node, op, ins)

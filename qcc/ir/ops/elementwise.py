@@ -178,6 +178,12 @@ class Dropout(OpDef):
         return [xs[0]]
 
 
+def _shifted_exp_sum(x: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """x - max(x) in float64 and the sum of its exponentials: the overflow-free softmax core."""
+    shifted = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
+    return shifted, np.exp(shifted).sum(axis=axis, keepdims=True)
+
+
 @register
 class Softmax(OpDef):
     """exp(x) / sum(exp(x)) along axis."""
@@ -186,10 +192,8 @@ class Softmax(OpDef):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        x = xs[0].astype(np.float64)
-        axis = node.attrs["axis"]
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        return [(e / e.sum(axis=axis, keepdims=True)).astype(xs[0].dtype)]
+        shifted, total = _shifted_exp_sum(xs[0], node.attrs["axis"])
+        return [(np.exp(shifted) / total).astype(xs[0].dtype)]
 
 
 @register
@@ -200,9 +204,8 @@ class LogSoftmax(OpDef):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        x = xs[0].astype(np.float64)
-        shifted = x - x.max(axis=node.attrs["axis"], keepdims=True)
-        log_sum = np.log(np.exp(shifted).sum(axis=node.attrs["axis"], keepdims=True))
+        shifted, total = _shifted_exp_sum(xs[0], node.attrs["axis"])
+        log_sum = np.log(total)
         return [(shifted - log_sum).astype(xs[0].dtype)]
 
 

@@ -18,7 +18,7 @@ from qcc.backends.c import BACKEND, generate
 import qcc.driver
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Graph, Model, Value
-from qcc.ir.types import Affine, FixedPoint, TensorType
+from qcc.ir.types import FixedPoint, TensorType
 from qcc.plan import ArenaPlan, verify_arena
 from qcc.sim.fixed import run_fixed
 from qcc.sim.interpreter import run_model
@@ -359,11 +359,7 @@ def test_unsupported_op_fails_before_writing(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_affine_and_mixed_models_are_rejected_with_the_tensor_name(tmp_path: Path) -> None:
-    model = qcc.driver.load(str(DIGITS / "digits_cnn.onnx"))
-    model.graph.inputs[0].quant = Affine((0.1,), (0,), "int8")
-    with pytest.raises(UnsupportedError, match="'x' is affine"):
-        generate(model, "m")
+def test_mixed_models_are_rejected_with_the_tensor_name(tmp_path: Path) -> None:
     model = qcc.driver.load(str(DIGITS / "digits_cnn.onnx"))
     annotate_fixed(model, {"x": np.load(DIGITS / "calib.npz")["x"][:8]}, 16)
     model.graph.node_map()["relu2"].outputs[0].quant = None

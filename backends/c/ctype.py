@@ -1,33 +1,41 @@
-"""Element types of the generated C: float32, and signed 8/16-bit fixed point."""
+"""Element types of the generated C: float32, signed 8/16-bit fixed point, affine int8/uint8."""
 
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
-from qcc.ir.types import FixedPoint
-from qcc.quant.numerics import fixed_bounds
+from qcc.ir.types import Affine, FixedPoint
+from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 
 
 @attrs.frozen
 class CType:
-    """How a tensor is stored in C; `fixed` is None for float32."""
+    """How a tensor is stored in C; float32 when neither `fixed` nor `affine` is set."""
 
     fixed: FixedPoint | None = None
+    affine: Affine | None = None
 
     @property
     def is_int(self) -> bool:
-        return self.fixed is not None
+        return self.fixed is not None or self.affine is not None
 
     @property
     def bits(self) -> int:
+        if self.affine is not None:
+            return 8 * int(self.affine.storage_bytes())
         return self.fixed.bits if self.fixed is not None else 32
 
     @property
     def name(self) -> str:
+        if self.affine is not None:
+            return f"{self.affine.dtype}_t"
         return "float" if self.fixed is None else f"int{self.fixed.bits}_t"
 
     @property
     def suffix(self) -> str:
+        if self.affine is not None:
+            return "q" + self.affine.dtype.replace("int", "")
         return "f32" if self.fixed is None else f"i{self.fixed.bits}"
 
     @property
@@ -36,11 +44,11 @@ class CType:
 
     @property
     def lo(self) -> int:
-        return fixed_bounds(self.bits)[0]
+        return AFFINE_DTYPES[self.affine.dtype][0] if self.affine is not None else fixed_bounds(self.bits)[0]
 
     @property
     def hi(self) -> int:
-        return fixed_bounds(self.bits)[1]
+        return AFFINE_DTYPES[self.affine.dtype][1] if self.affine is not None else fixed_bounds(self.bits)[1]
 
     def get(self, expr: str, inv: str) -> str:
         """C float expression reading an element (the runtime's getter)."""
@@ -59,6 +67,11 @@ FLOAT = CType()
 def pow2(exp: int) -> str:
     """2**exp as an exact C99 hexadecimal float literal."""
     return f"0x1p{exp}f"
+
+
+def hexfloat(value: float) -> str:
+    """A value rounded to float32, as an exact C99 hexadecimal float literal."""
+    return f"{float(np.float32(value)).hex()}f"
 
 
 def comment_text(text: str) -> str:

@@ -17,6 +17,7 @@ from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops._common import attr_list
 from qcc.ir.types import Affine, FixedPoint
+from qcc.sim import affine_int as ai
 from qcc.sim import fixed as fx
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Quantize")
@@ -74,15 +75,21 @@ def c_identifier(text: str) -> str:
 
 
 def numeric_mode(model: Model) -> str:
-    """'float' (no activation annotated) or 'fixed' (every activation FixedPoint, 8 or 16 bits)."""
+    """'float' (no activation annotated), 'fixed' (every activation FixedPoint, 8 or 16 bits) or
+    'affine' (every activation per-tensor affine int8/uint8: qcc.sim.affine_int's arithmetic)."""
     graph = model.graph
-    for value in graph.values():
-        if isinstance(value.quant, Affine):
-            raise UnsupportedError(
-                f"target c: tensor {value.name!r} is affine-quantized ({value.quant}); the affine int8 "
-                "numeric mode is not supported by target c yet (use --quantize fixed8/fixed16/fixed8-16, "
-                "or target onnx-qdq)")
     acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    if any(isinstance(v.quant, Affine) for v in acts):
+        for value in acts:
+            if not isinstance(value.quant, Affine):
+                raise UnsupportedError(
+                    f"target c: tensor {value.name!r}{_where(value)} is {value.quant or 'float'} while other "
+                    "activations are affine; target c needs every activation affine int8/uint8 (or none)")
+            try:
+                ai.act(value)
+            except UnsupportedError as exc:
+                raise UnsupportedError(f"target c: {exc}{_where(value)}") from None
+        return "affine"
     fixed = [v for v in acts if isinstance(v.quant, FixedPoint)]
     if not fixed:
         for value in acts:
@@ -93,9 +100,8 @@ def numeric_mode(model: Model) -> str:
     for value in acts:
         quant = value.quant
         if not isinstance(quant, FixedPoint):
-            where = _where(value)
             raise UnsupportedError(
-                f"target c: tensor {value.name!r}{where} is {quant or 'float'} while other activations are "
+                f"target c: tensor {value.name!r}{_where(value)} is {quant or 'float'} while other activations are "
                 "fixed point; target c needs every activation fixed point (or none)")
         if quant.bits not in (8, 16):
             raise UnsupportedError(f"target c: tensor {value.name!r} is {quant}; only 8- and 16-bit fixed "
@@ -122,6 +128,8 @@ class Lowering:
 
     # ------------------------------------------------------------ helpers
     def ctype(self, value: Value) -> CType:
+        if self.mode == "affine":
+            return CType(affine=ai.affine_of(value))
         return FLOAT if self.mode == "float" else CType(fx.fixed_of(value))
 
     def unique(self, base: str) -> str:
@@ -142,6 +150,14 @@ class Lowering:
         if value.const is None:
             raise UnsupportedError(f"target c: node {node.name!r} ({node.op}) needs input {value.name!r} "
                                    "to be a constant")
+        if id(value) not in self.consts and self.mode == "affine":
+            quant = ai.affine_of(value)
+            if quant is None or quant.axis is not None or quant.dtype not in ai.ACT_DTYPES:
+                raise self.unsupported(node, f"parameter {value.name!r} is {quant or 'float'}, not per-tensor "
+                                             "int8/uint8")
+            self.consts[id(value)] = ConstArray(self.unique(f"qcc_c_{value.name}"), CType(affine=quant),
+                                                ai.store_param(value).reshape(-1), f"{value.name}: {quant}")
+            self.defs.append(_format_array(self.consts[id(value)]))
         if id(value) not in self.consts:
             fixed = fx.fixed_of(value)
             stored = fx.quantize_param(value)
@@ -200,27 +216,43 @@ class Lowering:
 
     # ------------------------------------------------------------ dispatch
     def _lower(self, node: Node) -> Step:
-        fn = LOWERINGS.get(node.op)
+        if self.mode == "affine":
+            from qcc.backends.c.affine_lower import lowering_for
+
+            fn = lowering_for(node.op)
+        else:
+            fn = LOWERINGS.get(node.op)
         if fn is None:
             raise self.unsupported(node)
-        return fn(self, node)
+        try:
+            return fn(self, node)
+        except UnsupportedError as exc:
+            text = str(exc)
+            raise UnsupportedError(text if text.startswith("target c") else f"target c: {text}") from None
 
 
 # ---------------------------------------------------------------- per-op lowerings
+
+
+def conv_params(lw: Lowering, node: Node) -> str:
+    """The qcc_conv_t of a Conv; a pointwise one is one long row (longer inner loops)."""
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    o, _, kh, kw = static_shape(w)
+    geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
+            node.attrs["group"]]
+    if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):
+        geom[2:4], geom[5:7] = [1, xs[2] * xs[3]], [1, ys[2] * ys[3]]
+    return lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
 
 
 def _conv(lw: Lowering, node: Node) -> Step:
     x, w, y = node.inputs[0], node.input(1), node.outputs[0]
     assert x is not None
     b = node.inputs[2] if len(node.inputs) > 2 else None
-    xs, ys = static_shape(x), static_shape(y)
-    s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
-    o, _, kh, kw = static_shape(w)
-    geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
-            node.attrs["group"]]
-    if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):  # pointwise: one long row, longer loops
-        geom[2:4], geom[5:7] = [1, xs[2] * xs[3]], [1, ys[2] * ys[3]]
-    params = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
+    kh, kw = static_shape(w)[2:]
+    params = conv_params(lw, node)
     if lw.mode == "float":
         fn = K.conv_f32(lw.kernels)
         bias = lw.const(b, node) if b is not None else "NULL"
@@ -263,7 +295,8 @@ def _dense(lw: Lowering, node: Node) -> Step:
     return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, lw.shift(node, shift)))])
 
 
-def _pool(lw: Lowering, node: Node) -> Step:
+def pool_params(lw: Lowering, node: Node) -> tuple[str, int]:
+    """The qcc_pool_t of a pooling node and its window size (the most elements one output reads)."""
     x, y = node.input(0), node.outputs[0]
     xs, ys = static_shape(x), static_shape(y)
     if len(xs) != 4:
@@ -275,7 +308,12 @@ def _pool(lw: Lowering, node: Node) -> Step:
         include = int(node.attrs.get("count_include_pad", False))
     geom = [xs[0], xs[1], xs[2], xs[3], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
             pads[0], pads[1], pads[2], pads[3], include]
-    params = lw.struct("qcc_pool_t", f"qcc_p_{node.name}", geom)
+    return lw.struct("qcc_pool_t", f"qcc_p_{node.name}", geom), kernel[0] * kernel[1]
+
+
+def _pool(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    params, _ = pool_params(lw, node)
     average = node.op in ("AvgPool", "GlobalAvgPool")
     if lw.mode == "float":
         fn = (K.avgpool if average else K.maxpool)(lw.kernels, FLOAT)
@@ -424,7 +462,8 @@ def _view(lw: Lowering, node: Node) -> Step:
     return step
 
 
-def _transpose(lw: Lowering, node: Node) -> Step:
+def perm_params(lw: Lowering, node: Node) -> str:
+    """The qcc_perm_t of a Transpose: output shape and the input stride each output axis walks."""
     x, y = node.input(0), node.outputs[0]
     perm = node.attrs["perm"]
     xs = static_shape(x)
@@ -433,8 +472,12 @@ def _transpose(lw: Lowering, node: Node) -> Step:
     in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
     pad = [0] * (MAX_RANK - len(xs))
     fields: list[int | list[int]] = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
-    params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
-    args: list[Arg] = [lw.operand(x, node), Ptr(y), params]
+    return lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
+
+
+def _transpose(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    args: list[Arg] = [lw.operand(x, node), Ptr(y), perm_params(lw, node)]
     if lw.mode == "fixed":
         lw.require_dedicated(node)
         args.append(lw.shift(node, lw.frac(x) - lw.frac(y)))

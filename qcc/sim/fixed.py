@@ -42,9 +42,8 @@ from qcc.ir.ops.nn import pool_windows
 from qcc.ir.registry import get_schema
 from qcc.ir.types import FixedPoint
 from qcc.quant.numerics import fixed_bounds
+from qcc.sim.stored import NodeKernel, Observer, StoredRunner
 
-NodeKernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
-Observer = Callable[[Value, np.ndarray], None]
 F32 = np.float32
 MAX_SHIFT = 40
 """Larger shifts between positions are rejected (no target computes them meaningfully)."""
@@ -471,67 +470,26 @@ def is_fixed_model(model: Model) -> bool:
     return bool(acts) and all(fixed_of(v) is not None for v in acts)
 
 
-class FixedRunner:
-    """Runs a model on stored arrays; parameters are quantized once at construction."""
+class FixedRunner(StoredRunner):
+    """Runs a model on stored arrays (int64 for FixedPoint values); parameters quantized once."""
 
     def __init__(self, model: Model, kernels: dict[str, NodeKernel] | None = None,
                  observer: Observer | None = None) -> None:
-        self.model = model
         self.kernels = {**FIXED_KERNELS, **(kernels or {})}
-        self.observer = observer
-        self._consts = {id(v): quantize_param(v) for v in model.graph.constants}
-        self._last_use: dict[int, int] = {}
-        for step, node in enumerate(model.graph.nodes):
-            for value in node.inputs:
-                if value is not None:
-                    self._last_use[id(value)] = step
+        super().__init__(model, observer)
 
-    def run_stored(self, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
-        """Stored arrays (int64 for FixedPoint values) of the graph outputs (or of every value)."""
-        from qcc.sim.interpreter import check_feeds
+    def store_param(self, value: Value) -> np.ndarray:
+        return quantize_param(value)
 
-        graph = self.model.graph
-        env: dict[int, np.ndarray] = dict(self._consts)
-        by_name = {v.name: v for v in graph.inputs}
-        for name, array in check_feeds(self.model, feeds).items():
-            value = by_name[name]
-            fixed = fixed_of(value)
-            env[id(value)] = quantize_round(array, fixed) if fixed is not None else array
-            self._observe(value, env[id(value)])
-        keep = {id(v) for v in graph.outputs}
-        results: dict[str, np.ndarray] = {}
-        for step, node in enumerate(graph.nodes):
-            args = [env[id(v)] if v is not None else None for v in node.inputs]
-            while args and args[-1] is None:
-                args.pop()
-            kernel = self.kernels.get(node.op, generic_kernel)
-            try:
-                produced = kernel(node, args)  # type: ignore[arg-type]
-            except (ValueError, IndexError, TypeError, FloatingPointError) as exc:
-                raise InvalidInputError(f"node {node.name!r} ({node.op}) failed to execute: {exc}") from None
-            for value, array in zip(node.outputs, produced):
-                env[id(value)] = array
-                self._observe(value, array)
-                if keep_all:
-                    results[value.name] = array
-            for used in node.inputs:
-                if used is not None and self._last_use.get(id(used)) == step and id(used) not in keep \
-                        and id(used) not in self._consts and not keep_all:
-                    env.pop(id(used), None)
-        for value in graph.outputs:
-            results[value.name] = env[id(value)]
-        return results
+    def store_input(self, value: Value, array: np.ndarray) -> np.ndarray:
+        fixed = fixed_of(value)
+        return quantize_round(array, fixed) if fixed is not None else array
 
-    def run(self, feeds: dict[str, np.ndarray], keep_all: bool = False) -> dict[str, np.ndarray]:
-        """Float32 results, dequantized exactly."""
-        graph = self.model.graph
-        values = {v.name: v for v in graph.values()}
-        return {name: dequantize_stored(values[name], array)
-                for name, array in self.run_stored(feeds, keep_all).items()}
+    def dequantize(self, value: Value, array: np.ndarray) -> np.ndarray:
+        return dequantize_stored(value, array)
 
-    def _observe(self, value: Value, array: np.ndarray) -> None:
-        if self.observer is not None:
-            self.observer(value, dequantize_stored(value, array))
+    def fallback(self, node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+        return generic_kernel(node, args)
 
 
 def dequantize_stored(value: Value, array: np.ndarray) -> np.ndarray:

@@ -1,0 +1,389 @@
+"""C source of the affine int8/uint8 kernels: exactly the arithmetic of `qcc.sim.affine_int`.
+
+Accumulators are int32 (the lowering proves no sum overflows), requantization is one int64
+multiply and a rounding shift (`qcc_requant`); the few float kernels (Softmax, BatchNorm and the
+quantization of inputs) write one float32 operation per statement, as the fixed-point ones do.
+"""
+
+from __future__ import annotations
+
+from qcc.backends.c.ctype import CType
+from qcc.backends.c.kernels import HELPERS, KernelSet, _pool_loops, _sig
+
+HELPERS.update({
+    "requant": ("""
+/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
+static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
+{
+    const int64_t prod = v * m;
+    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    int64_t r;
+    if (s > 0) {
+        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
+    }
+    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
+    return qcc_sat(r + zp, lo, hi);
+}
+""", ("sat",)),
+    "quantize": ("""
+/* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
+static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
+{
+    const float t = v / scale;
+    int32_t i;
+    float r;
+    if (t != t) {
+        return zp;
+    }
+    if (t <= (float)(lo - zp)) {
+        return lo;
+    }
+    if (t >= (float)(hi - zp)) {
+        return hi;
+    }
+    i = (int32_t)t;
+    r = t - (float)i;
+    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
+        i += 1;
+    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
+        i -= 1;
+    }
+    return i + zp;
+}
+""", ()),
+})
+
+REQ = "int32_t zx, int32_t mult, int shift, int32_t zy"
+"""The requantization parameters of a one-input kernel."""
+
+
+def _requant(y: CType, value: str, zx: str = "zx", mult: str = "mult", shift: str = "shift") -> str:
+    return f"({y.name})qcc_requant((int64_t)({value}) - {zx}, {mult}, {shift}, zy, {y.lo}, {y.hi})"
+
+
+def quantize_input(ks: KernelSet, y: CType) -> str:
+    name = f"qcc_quantize_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const float *x, {y.name} *q, long n, float scale, int32_t zp)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        q[i] = ({y.name})qcc_quantize(x[i], scale, zp, {y.lo}, {y.hi});
+    }}
+}}
+""", ("quantize",))
+
+
+def dequantize(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_dequantize_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *q, float *y, long n, float scale, int32_t zp)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = (float)((int32_t)q[i] - zp) * scale;
+    }}
+}}
+""")
+
+
+def conv(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"const {w.name} *w", "const int32_t *bias", f"{y.name} *y",
+              "const qcc_conv_t *p", "int32_t zx", "const int32_t *mult", "const int32_t *shift", "int32_t zy"]
+    return ks.kernel(name, lambda: f"""
+/* Grouped convolution: int32 sums of (x - zx) * w (w already centered) over the valid taps
+   (padding is the real zero), plus the bias; requantized per output channel. */
+{_sig(name, params)}
+{{
+    const int cg = p->c / p->group, og = p->o / p->group;
+    const long plane = (long)p->h * p->w;
+    int b, oc, oy, ox, ic, ky, kx;
+    for (b = 0; b < p->n; ++b) {{
+        for (oc = 0; oc < p->o; ++oc) {{
+            const int g = oc / og;
+            const {w.name} *wo = w + (long)oc * cg * p->kh * p->kw;
+            const {x.name} *xg = x + ((long)b * p->c + (long)g * cg) * plane;
+            {y.name} *yo = y + ((long)b * p->o + oc) * p->oh * p->ow;
+            for (oy = 0; oy < p->oh; ++oy) {{
+                const int iy0 = oy * p->sh - p->ph;
+                int ky0 = 0, ky1 = p->kh;
+                while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) {{
+                    ++ky0;
+                }}
+                while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->h) {{
+                    --ky1;
+                }}
+                for (ox = 0; ox < p->ow; ++ox) {{
+                    const int ix0 = ox * p->sw - p->pw;
+                    int kx0 = 0, kx1 = p->kw;
+                    int32_t acc = bias[oc];
+                    while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) {{
+                        ++kx0;
+                    }}
+                    while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->w) {{
+                        --kx1;
+                    }}
+                    for (ic = 0; ic < cg; ++ic) {{
+                        const {x.name} *xc = xg + ic * plane;
+                        const {w.name} *wc = wo + (long)ic * p->kh * p->kw;
+                        for (ky = ky0; ky < ky1; ++ky) {{
+                            const {x.name} *row = xc + (long)(iy0 + ky * p->dh) * p->w + ix0;
+                            const {w.name} *wr = wc + ky * p->kw;
+                            for (kx = kx0; kx < kx1; ++kx) {{
+                                acc += ((int32_t)row[kx * p->dw] - zx) * (int32_t)wr[kx];
+                            }}
+                        }}
+                    }}
+                    yo[(long)oy * p->ow + ox] = ({y.name})qcc_requant(acc, mult[oc], shift[oc], zy, {y.lo}, {y.hi});
+                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t", "requant"))
+
+
+def dense(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    name = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"const {w.name} *w", "const int32_t *bias", f"{y.name} *y", "long n", "long k",
+              "long m", "int32_t zx", "const int32_t *mult", "const int32_t *shift", "int32_t zy"]
+    return ks.kernel(name, lambda: f"""
+/* y = requant(bias + (x - zx) (n, k) @ w^T, w (m, k) centered), per output column. */
+{_sig(name, params)}
+{{
+    long i, j, t;
+    for (i = 0; i < n; ++i) {{
+        const {x.name} *xi = x + i * k;
+        for (j = 0; j < m; ++j) {{
+            const {w.name} *wj = w + j * k;
+            int32_t acc = bias[j];
+            for (t = 0; t < k; ++t) {{
+                acc += ((int32_t)xi[t] - zx) * (int32_t)wj[t];
+            }}
+            y[i * m + j] = ({y.name})qcc_requant(acc, mult[j], shift[j], zy, {y.lo}, {y.hi});
+        }}
+    }}
+}}
+""", ("requant",))
+
+
+def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_maxpool_{x.suffix}_{y.suffix}"
+    body = f"""
+                    m = x[plane * p->h * p->w + (long)hs * p->w + ws];
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            const int32_t v = x[plane * p->h * p->w + (long)iy * p->w + ix];
+                            m = v > m ? v : m;
+                        }}
+                    }}
+                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = {_requant(y, "m")};"""
+    params = f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, {REQ}"
+    decls = "\n                    int32_t m;"
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "max"),
+                     ("pool_t", "requant"))
+
+
+def avgpool(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_avgpool_{x.suffix}_{y.suffix}"
+    body = f"""
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            s += (int32_t)x[plane * p->h * p->w + (long)iy * p->w + ix] - zx;
+                        }}
+                    }}
+                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] =
+                        ({y.name})qcc_requant(s, mult[count], shift[count], zy, {y.lo}, {y.hi});"""
+    params = (f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, int32_t zx, const int32_t *mult, "
+              "const int32_t *shift, int32_t zy")
+    decls = "\n                    int32_t s = 0;\n                    long count;"
+    return ks.kernel(name, lambda: f"""
+/* The sum of (x - zx) over the window, requantized by the multiplier of its element count. */
+static void {name}({params})""" + _pool_loops(body, decls, "avg"), ("pool_t", "requant"))
+
+
+def table(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_table_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* One-input elementwise op as a lookup: t[x - lo] (the table is computed by qcc). */
+static void {name}(const {x.name} *x, {y.name} *y, long n, const {y.name} *t)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = t[(int32_t)x[i] - ({x.lo})];
+    }}
+}}
+""")
+
+
+def requant(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_requant_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *x, {y.name} *y, long n, {REQ})
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = {_requant(y, "x[i]")};
+    }}
+}}
+""", ("requant",))
+
+
+def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_concat_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* One input of a Concat: `outer` rows of `inner` elements into rows of `total` at `offset`. */
+static void {name}(const {x.name} *x, {y.name} *y, long outer, long inner, long total, long offset, {REQ})
+{{
+    long j, k;
+    for (j = 0; j < outer; ++j) {{
+        for (k = 0; k < inner; ++k) {{
+            y[j * total + offset + k] = {_requant(y, "x[j * inner + k]")};
+        }}
+    }}
+}}
+""", ("requant",))
+
+
+def transpose(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *x, {y.name} *y, const qcc_perm_t *p, {REQ})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long total = 1;
+    long i, src = 0;
+    int d;
+    for (d = 0; d < p->rank; ++d) {{
+        total *= p->shape[d];
+    }}
+    for (i = 0; i < total; ++i) {{
+        y[i] = {_requant(y, "x[src]")};
+        for (d = p->rank - 1; d >= 0; --d) {{
+            src += p->stride[d];
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            src -= p->stride[d] * p->shape[d];
+            idx[d] = 0;
+        }}
+    }}
+}}
+""", ("perm", "requant"))
+
+
+BINARY = {
+    # op: (extra parameters, element expression from av, bv)
+    "Add": ("int32_t za, int32_t zb, int64_t ma, int64_t mb, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ma + ((int64_t)bv - zb) * mb, 1, shift, zy, LO, HI)"),
+    "Sub": ("int32_t za, int32_t zb, int64_t ma, int64_t mb, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ma - ((int64_t)bv - zb) * mb, 1, shift, zy, LO, HI)"),
+    "Mul": ("int32_t za, int32_t zb, int64_t mult, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ((int64_t)bv - zb), mult, shift, zy, LO, HI)"),
+    "Max": ("int32_t za, int64_t ma, int sa, int32_t zb, int64_t mb, int sb, int32_t zy",
+            "qcc_max(qcc_requant((int64_t)av - za, ma, sa, zy, LO, HI), qcc_requant((int64_t)bv - zb, mb, sb, zy, LO, HI))"),
+    "Min": ("int32_t za, int64_t ma, int sa, int32_t zb, int64_t mb, int sb, int32_t zy",
+            "qcc_min(qcc_requant((int64_t)av - za, ma, sa, zy, LO, HI), qcc_requant((int64_t)bv - zb, mb, sb, zy, LO, HI))"),
+}
+
+HELPERS["minmax"] = ("""
+static int32_t qcc_max(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+static int32_t qcc_min(int32_t a, int32_t b)
+{
+    return a < b ? a : b;
+}
+""", ())
+
+
+def binary(ks: KernelSet, op: str, a: CType, b: CType, y: CType) -> str:
+    """Elementwise with broadcasting (p == NULL: same shapes); see BINARY for the arithmetic."""
+    name = f"qcc_{op.lower()}_{a.suffix}_{b.suffix}_{y.suffix}"
+    extra, expr = BINARY[op]
+    expr = f"({y.name}){expr.replace('LO', str(y.lo)).replace('HI', str(y.hi))}"
+    helpers = ("bcast", "requant") + (("minmax",) if op in ("Max", "Min") else ())
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {a.name} *a, const {b.name} *b, {y.name} *y, long n, const qcc_bcast_t *p, {extra})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    if (p == NULL) {{
+        for (i = 0; i < n; ++i) {{
+            const int32_t av = a[i];
+            const int32_t bv = b[i];
+            y[i] = {expr};
+        }}
+        return;
+    }}
+    for (i = 0; i < n; ++i) {{
+        const int32_t av = a[ia];
+        const int32_t bv = b[ib];
+        y[i] = {expr};
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", helpers)
+
+
+def _get(x: CType, expr: str) -> str:
+    return f"(float)((int32_t){expr} - zx) * sx"
+
+
+def softmax(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_softmax_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", "float sx", "int32_t zx",
+              "float sy", "int32_t zy"]
+    return ks.kernel(name, lambda: f"""
+/* Peak, total of exp(v - peak) in index order, then quantize(exp(v - peak) / total); float32. */
+{_sig(name, params)}
+{{
+    long o, i, k;
+    for (o = 0; o < outer; ++o) {{
+        for (i = 0; i < inner; ++i) {{
+            const long base = o * axis * inner + i;
+            float peak = {_get(x, "x[base]")};
+            float total = 0.0f;
+            for (k = 0; k < axis; ++k) {{
+                const float v = {_get(x, "x[base + k * inner]")};
+                peak = v > peak ? v : peak;
+            }}
+            for (k = 0; k < axis; ++k) {{
+                total += qcc_expf({_get(x, "x[base + k * inner]")} - peak);
+            }}
+            for (k = 0; k < axis; ++k) {{
+                const float e = qcc_expf({_get(x, "x[base + k * inner]")} - peak);
+                y[base + k * inner] = ({y.name})qcc_quantize(e / total, sy, zy, {y.lo}, {y.hi});
+            }}
+        }}
+    }}
+}}
+""", ("expf", "quantize"))
+
+
+def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_batchnorm_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "const float *mean", "const float *gamma", "const float *beta",
+              "const float *std", "long n", "long c", "long inner", "float sx", "int32_t zx", "float sy", "int32_t zy"]
+    return ks.kernel(name, lambda: f"""
+/* ((x - mean) * gamma) / std + beta, one float32 operation at a time, then quantized. */
+{_sig(name, params)}
+{{
+    long b, ch, i;
+    for (b = 0; b < n; ++b) {{
+        for (ch = 0; ch < c; ++ch) {{
+            const long base = (b * c + ch) * inner;
+            for (i = 0; i < inner; ++i) {{
+                float t = {_get(x, "x[base + i]")} - mean[ch];
+                t = t * gamma[ch];
+                t = t / std[ch];
+                t = t + beta[ch];
+                y[base + i] = ({y.name})qcc_quantize(t, sy, zy, {y.lo}, {y.hi});
+            }}
+        }}
+    }}
+}}
+""", ("quantize",))

@@ -8,7 +8,7 @@ quantization of inputs) write one float32 operation per statement, as the fixed-
 from __future__ import annotations
 
 from qcc.backends.c.ctype import CType
-from qcc.backends.c.kernels import HELPERS, KernelSet, _pool_loops, _sig
+from qcc.backends.c.kernels import HELPERS, KernelSet, _conv_source, _pool_loops, _sig
 
 HELPERS.update({
     "requant": ("""
@@ -88,60 +88,10 @@ static void {name}(const {x.name} *q, float *y, long n, float scale, int32_t zp)
 
 
 def conv(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    """The float/fixed kernel's loops (row chunks, 4 output channels at once) on (x - zx) * w with
+    int32 sums; padding reads as zx (the real zero); the bias starts the sum; requant per channel."""
     name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"const {w.name} *w", "const int32_t *bias", f"{y.name} *y",
-              "const qcc_conv_t *p", "int32_t zx", "const int32_t *mult", "const int32_t *shift", "int32_t zy"]
-    return ks.kernel(name, lambda: f"""
-/* Grouped convolution: int32 sums of (x - zx) * w (w already centered) over the valid taps
-   (padding is the real zero), plus the bias; requantized per output channel. */
-{_sig(name, params)}
-{{
-    const int cg = p->c / p->group, og = p->o / p->group;
-    const long plane = (long)p->h * p->w;
-    int b, oc, oy, ox, ic, ky, kx;
-    for (b = 0; b < p->n; ++b) {{
-        for (oc = 0; oc < p->o; ++oc) {{
-            const int g = oc / og;
-            const {w.name} *wo = w + (long)oc * cg * p->kh * p->kw;
-            const {x.name} *xg = x + ((long)b * p->c + (long)g * cg) * plane;
-            {y.name} *yo = y + ((long)b * p->o + oc) * p->oh * p->ow;
-            for (oy = 0; oy < p->oh; ++oy) {{
-                const int iy0 = oy * p->sh - p->ph;
-                int ky0 = 0, ky1 = p->kh;
-                while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) {{
-                    ++ky0;
-                }}
-                while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->h) {{
-                    --ky1;
-                }}
-                for (ox = 0; ox < p->ow; ++ox) {{
-                    const int ix0 = ox * p->sw - p->pw;
-                    int kx0 = 0, kx1 = p->kw;
-                    int32_t acc = bias[oc];
-                    while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) {{
-                        ++kx0;
-                    }}
-                    while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->w) {{
-                        --kx1;
-                    }}
-                    for (ic = 0; ic < cg; ++ic) {{
-                        const {x.name} *xc = xg + ic * plane;
-                        const {w.name} *wc = wo + (long)ic * p->kh * p->kw;
-                        for (ky = ky0; ky < ky1; ++ky) {{
-                            const {x.name} *row = xc + (long)(iy0 + ky * p->dh) * p->w + ix0;
-                            const {w.name} *wr = wc + ky * p->kw;
-                            for (kx = kx0; kx < kx1; ++kx) {{
-                                acc += ((int32_t)row[kx * p->dw] - zx) * (int32_t)wr[kx];
-                            }}
-                        }}
-                    }}
-                    yo[(long)oy * p->ow + ox] = ({y.name})qcc_requant(acc, mult[oc], shift[oc], zy, {y.lo}, {y.hi});
-                }}
-            }}
-        }}
-    }}
-}}
-""", ("conv_t", "requant"))
+    return ks.kernel(name, lambda: _conv_source(name, x, w, y), ("conv_t", "requant"))
 
 
 def dense(ks: KernelSet, x: CType, w: CType, y: CType) -> str:

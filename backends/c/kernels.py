@@ -291,11 +291,25 @@ def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = Fals
     channel sum the taps exactly, truncate by 2**shift, add to the saturated running total; then
     the bias with the runtime's saturating add.
     """
-    fixed = y.is_int
+    affine = y.affine is not None
+    fixed = y.fixed is not None
     narrow = (x.bits == 8 and w.bits == 8) or pointwise
-    acc = "float" if not fixed else ("int32_t" if narrow else "int64_t")
+    acc = "float" if not y.is_int else ("int32_t" if narrow or affine else "int64_t")
     target = "s" if fixed else "acc"
-    if fixed:
+    pad, bias_t = ("zx", "int32_t") if affine else ("0", y.name)
+
+    def xv(expr: str) -> str:
+        """An input element as the sums read it (affine: minus its zero point)."""
+        return f"(({acc}){expr} - zx)" if affine else f"({acc}){expr}"
+
+    if affine:
+        decl = "int32_t acc[4][CW];"
+        init = "acc[q][j] = b[o + q];"
+        per_ic = per_ic_end = ""
+        store = f"yr[j] = ({y.name})qcc_requant(acc[q][j], mult[o + q], shift[o + q], zy, {y.lo}, {y.hi});"
+        extra = ", int32_t zx, const int32_t *restrict mult, const int32_t *restrict shift, int32_t zy"
+        prologue = ""
+    elif fixed:
         decl = f"int32_t total[4][CW];\n                    {acc} s[4][CW];"
         init = "total[q][j] = 0;\n                            s[q][j] = 0;"
         per_ic = ""
@@ -365,13 +379,13 @@ def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = Fals
                                     const int t0 = lo < 0 ? (-lo < CW + span ? -lo : CW + span) : 0;
                                     const int t1 = p->w - lo < CW + span ? p->w - lo : CW + span;
                                     for (t = 0; t < t0; ++t) {{
-                                        rb[t] = 0;
+                                        rb[t] = {pad};
                                     }}
                                     for (t = t0; t < t1; ++t) {{
                                         rb[t] = xr[lo + t];
                                     }}
                                     for (t = t1 > t0 ? t1 : t0; t < CW + span; ++t) {{
-                                        rb[t] = 0;
+                                        rb[t] = {pad};
                                     }}
                                 }}
                                 for (kx = 0; kx < p->kw; ++kx) {{
@@ -383,13 +397,13 @@ def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = Fals
                                         const {acc} w2 = wt[2 * cg * ks];
                                         const {acc} w3 = wt[3 * cg * ks];
                                         for (j = 0; j < CW; ++j) {{
-                                            const {acc} xv = r[j];
+                                            const {acc} xv = {xv("r[j]")};
 {taps4}
                                         }}
                                     }} else {{
                                         const {acc} w0 = wt[0];
                                         for (j = 0; j < CW; ++j) {{
-                                            {target}[0][j] += ({acc})r[j] * w0;
+                                            {target}[0][j] += {xv("r[j]")} * w0;
                                         }}
                                     }}
                                 }}
@@ -405,7 +419,7 @@ def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = Fals
                                 for (q = 0; q < nb; ++q) {{
                                     const {acc} wq = wt[q * cg * ks];
                                     for (j = j0; j < j1; ++j) {{
-                                        {target}[q][j - c0] += ({acc})xr[j * p->sw + off] * wq;
+                                        {target}[q][j - c0] += {xv("xr[j * p->sw + off]")} * wq;
                                     }}
                                 }}
                             }}
@@ -422,7 +436,7 @@ def _conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = Fals
     narrow_body = chunk.replace("CW", "QCC_NARROW")
     chunk_body = chunk.replace("CW", "QCC_CHUNK")
     return f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {bias_t} *restrict b,
     {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
 {{
     {prologue}const int cg = p->c / p->group;

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from qcc.backends.c import BACKEND, generate
 
+import qcc
 import qcc.driver
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Graph, Model
@@ -135,3 +136,40 @@ def test_overflowing_accumulator_and_mixed_models_are_refused(tmp_path: Path) ->
     with pytest.raises(UnsupportedError, match=r"'conv1' \(output of node 'conv1', Conv\) is float while other "
                                                "activations are affine"):
         generate(digits, "m")
+
+
+def test_squeezenet_int8_is_bit_exact_and_agrees_with_onnxruntime_qdq(tmp_path: Path) -> None:
+    from tests.onnx_zoo import ort_run, randomized_bytes
+
+    src = tmp_path / "squeezenet.onnx"
+    src.write_bytes(randomized_bytes("squeezenet"))
+    rng = np.random.default_rng(2)
+    name = qcc.driver.load(str(src)).graph.inputs[0].name
+    np.savez(tmp_path / "calib.npz", **{name: rng.standard_normal((4, 3, 224, 224)).astype(np.float32)})
+    model, _ = qcc.driver.compile(str(src), tmp_path / "qdq.onnx", target="onnx-qdq", quantize="int8",
+                                  calib=str(tmp_path / "calib.npz"))
+    softmax = next(n for n in model.graph.nodes if n.op == "Softmax")
+    model.graph.outputs.append(softmax.input(0))  # the logits too: the softmax alone saturates
+    exe = build(model, tmp_path / "squeeze_i8", sanitize=False)
+    x = rng.standard_normal((2, 3, 224, 224)).astype(np.float32)
+    got = run_c(exe, x, 2000)
+    want = np.concatenate([np.concatenate([r[v.name].reshape(1, -1) for v in model.graph.outputs], axis=1)
+                           for r in (run_affine_int(model, {name: x[i:i + 1]}) for i in range(len(x)))])
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    logits = got[:, 1000:]
+    assert len(np.unique(logits)) > 50
+    qcc.write(model, tmp_path / "qdq_logits.onnx", target="onnx-qdq")  # ORT gives the logits too
+    qdq = (tmp_path / "qdq_logits.onnx").read_bytes()
+    ort_logits = np.concatenate([ort_run(qdq, {name: x[i:i + 1]})[1].reshape(1, -1) for i in range(len(x))])
+    float_model = qcc.driver.load(str(src))
+    float_logits = next(n for n in float_model.graph.nodes if n.op == "Softmax").input(0)
+    float_model.graph.outputs = [float_logits]
+    ref = np.concatenate([run_model(float_model, {name: x[i:i + 1]})[float_logits.name].reshape(1, -1)
+                          for i in range(len(x))])
+
+    def sqnr(a: np.ndarray) -> float:
+        return float(10 * np.log10(np.sum(ref**2) / np.sum((a - ref) ** 2)))
+
+    # the integer C code is as close to the float model as ONNX Runtime running the QDQ model
+    assert np.array_equal(logits.argmax(1), ref.argmax(1))
+    assert sqnr(logits) >= sqnr(ort_logits) - 0.5, (sqnr(logits), sqnr(ort_logits))

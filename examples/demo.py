@@ -89,6 +89,7 @@ JOBS: list[dict[str, Any]] = [
     {"label": "C float", "target": "c", "out": "digits_c_float", "quantize": "none", "check": "gcc"},
     {"label": "C fixed16", "target": "c", "out": "digits_c_fixed16", "quantize": "fixed16", "check": "gcc"},
     {"label": "C fixed8", "target": "c", "out": "digits_c_fixed8", "quantize": "fixed8", "check": "gcc"},
+    {"label": "C int8", "target": "c", "out": "digits_c_int8", "quantize": "int8", "check": "gcc"},
     {"label": ".nnp float", "target": "nnp", "out": "digits.nnp", "quantize": "none", "check": "sim"},
 ]
 

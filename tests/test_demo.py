@@ -15,9 +15,10 @@ def test_demo_compiles_every_target_and_keeps_accuracy(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("  ") and "0." in line]
     table = [r for r in rows if r[0] in ("ONNX", ".nnb", "C", ".nnp")]
-    assert len(table) == 10, proc.stdout
+    assert len(table) == 11, proc.stdout
     assert "failed" not in proc.stdout and "not available" not in proc.stdout
     for row in table:
         accuracy = next(float(c) for c in row if c.startswith("0.") and len(c) == 6)
         assert accuracy >= 0.98, row
     assert (tmp_path / "digits_c_fixed8" / "model").exists()  # the C was really built and run
+    assert (tmp_path / "digits_c_int8" / "model").exists()

@@ -162,7 +162,8 @@ def _compile(
     if reference is not None:  # before writing: bad --eval data must leave no output behind
         from qcc.reporting import evaluate
 
-        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval))
+        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval),
+                                      integer_affine=getattr(backend, "integer_affine", False))
     written = backend.write(compiled, out, **_backend_options(opts))
     for entry in written or ():  # a backend may return the tensors it leaves in float
         ctx.note("float_fallbacks", entry)

@@ -77,23 +77,30 @@ def float_fallbacks(model: Model) -> list[dict[str, Any]]:
     return out
 
 
-def evaluate(reference: Model, compiled: Model, path: str, batch_size: int = 32) -> dict[str, Any]:
+def evaluate(reference: Model, compiled: Model, path: str, batch_size: int = 32,
+             integer_affine: bool = False) -> dict[str, Any]:
     """--eval: top-1 of the float and the quantized (simulated) model, agreement, output SQNR.
 
     The quantized side runs what run_model(quantized=True) runs (bit-exact integer kernels for an
-    all fixed-point model). Every tensor's SQNR against the float model, matched by name, goes
-    into its report entry as `eval_sqnr_db` (the layer at fault is where it drops).
+    all fixed-point model), or, with `integer_affine` (a target that computes affine models in
+    integers: c), qcc.sim.affine_int for an all-affine model. Every tensor's SQNR against the
+    float model, matched by name, goes into its report entry as `eval_sqnr_db` (the layer at
+    fault is where it drops).
     """
     from qcc.data import bind_inputs, load_npz
+    from qcc.sim.affine_int import AffineRunner, is_affine_model
     from qcc.sim.compare import compare
 
     feeds, labels = bind_inputs(reference, load_npz(path), path)
-    cmp = compare(reference, compiled, feeds, labels, batch_size=batch_size)
+    integer = integer_affine and is_affine_model(compiled)
+    runner = (lambda model, observer: AffineRunner(model, observer=observer)) if integer else None
+    cmp = compare(reference, compiled, feeds, labels, batch_size=batch_size, make_interpreter=runner)
     for value in compiled.graph.values():
         if value.name in cmp.noise:
             _report_of(value)["eval_sqnr_db"] = _rounded(cmp.tensor_sqnr(value.name))
     result = cmp.summary()
     result["data"] = path
+    result["arithmetic"] = "integer affine (qcc.sim.affine_int)" if integer else "qcc.sim.run_model(quantized=True)"
     return result
 
 

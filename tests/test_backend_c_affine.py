@@ -48,8 +48,8 @@ def test_requantization_arithmetic() -> None:
 @pytest.mark.parametrize("scheme", ["int8", "uint8"])
 def test_digits_affine_is_bit_exact_and_keeps_accuracy(tmp_path: Path, scheme: str) -> None:
     out = tmp_path / f"digits_{scheme}"
-    model, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, target="c", quantize=scheme,
-                                  calib=str(DIGITS / "calib.npz"))
+    model, report = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, target="c", quantize=scheme,
+                                       calib=str(DIGITS / "calib.npz"), eval=str(DIGITS / "test.npz"))
     assert "affine" in (out / f"{out.name}.h").read_text().split("Numeric mode:")[1].splitlines()[0]
     test = np.load(DIGITS / "test.npz")
     x, labels = test["x"], test["labels"]
@@ -61,6 +61,9 @@ def test_digits_affine_is_bit_exact_and_keeps_accuracy(tmp_path: Path, scheme: s
     floats = run_model(qcc.driver.load(str(DIGITS / "digits_cnn.onnx")), {"x": x})["logits"]
     assert np.mean(got.argmax(1) == fake.argmax(1)) >= 0.995
     assert np.mean(got.argmax(1) == labels) >= np.mean(floats.argmax(1) == labels) - 0.005
+    # --eval simulates what the target computes: its accuracy is the C program's
+    assert report["eval"]["arithmetic"].startswith("integer affine")
+    assert report["eval"]["quantized_accuracy"] == np.mean(got.argmax(1) == labels)
     scale = model.graph.outputs[0].quant.scale[0]  # type: ignore[union-attr]
     assert np.max(np.abs(got - fake)) <= scale * 1.01  # at most one output step from the QDQ reading
 

@@ -24,6 +24,8 @@ class CBackend:
     extensions: tuple[str, ...] = ()
     output_is_directory = True
     requires: tuple[str, ...] = ()
+    integer_affine = True
+    """Affine models run in integer arithmetic (qcc.sim.affine_int): --eval simulates that."""
 
     def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
         """Generate everything first (errors leave no output), then write the directory atomically.

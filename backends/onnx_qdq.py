@@ -11,6 +11,8 @@ Lowering, one rule per annotation (docs/quantized-ir.md, docs/backends.md):
 - a Relu whose quantized output clamps at zero anyway (zero point = the type's minimum) is
   dropped, its quantization applied to its input (exact); when that input has no other reader
   and no other quantization, the producer's output goes straight into it and ORT fuses both;
+- a Relu between two equal signed, zero-point-0 quantizations (fixed point) becomes an exact
+  requantization to the unsigned type of the same width (storages that write uint8 only);
 - `storage` (STORAGES) chooses how int8 is written for the runtime, never the values.
 ONNX Runtime turns DQ -> op -> Q groups into integer kernels (QLinearConv, QGemm, QLinearAdd...).
 Every tensor that stays float without a decision (no annotation) becomes a report line; see
@@ -163,7 +165,11 @@ def _bias_params(node: Node, low: Lowering) -> QParams | None:
     return QParams("int32", scale, np.zeros(scale.shape, np.int32), axis)
 
 
-def _fold_relu(node: Node, low: Lowering, outputs: set[int]) -> None:
+UNSIGNED = {"int8": "uint8", "int16": "uint16"}
+"""Signed activation types and the unsigned type of the same width (a Relu output's QDQ form)."""
+
+
+def _fold_relu(node: Node, low: Lowering, outputs: set[int], unsigned_ok: bool) -> None:
     """Drop a Relu whose output quantization maps every negative value to zero anyway (exact).
 
     When its input is read only by the Relu and carries no other quantization, the producer's
@@ -171,13 +177,43 @@ def _fold_relu(node: Node, low: Lowering, outputs: set[int]) -> None:
     """
     x, y = node.inputs[0], node.outputs[0]
     py = low.activations.get(id(y))
-    if x is None or py is None or not py.clamps_at_zero:
+    if x is None or py is None:
+        return
+    if not py.clamps_at_zero:
+        if unsigned_ok:
+            _fold_signed_relu(node, low)
         return
     low.folded.add(id(node))
     px = low.activations.get(id(x))
     if x.producer() is not None and id(x) not in outputs and len(x.uses()) == 1 and (px is None or px.same(py)):
         low.activations.pop(id(x), None)
         low.absorbed.add(id(x))
+
+
+def _fold_signed_relu(node: Node, low: Lowering) -> None:
+    """Relu between two equal signed, zero-point-0 quantizations (fixed point): requantize instead.
+
+    Its input's QDQ already holds integers q in [min, max] on the grid; Relu keeps max(q, 0),
+    which QuantizeLinear to the unsigned type of the same width and scale, zero point 0,
+    computes exactly (q <= max < the unsigned maximum). The Relu's consumers read that unsigned
+    tensor: same values, and ORT's integer kernels take uint8 where int8 would stay float.
+
+    The input's pair stays signed: ORT's DoubleQDQPairsRemover would merge two uint8 pairs
+    Q -> DQ -> Q -> DQ into one with a new scale (other values, and ORT 1.23 then fails to load
+    the model); it leaves pairs of different types alone, and ORT still converts the int8 pair to
+    uint8 for the producer's integer kernel (QDQS8ToU8Transformer: its Q feeds one DQ).
+    """
+    x, y = node.inputs[0], node.outputs[0]
+    assert x is not None
+    px, py = qparams(x.quant, x.name), qparams(y.quant, y.name)
+    if (id(x) not in low.activations or px is None or py is None or not px.same(py) or py.axis is not None
+            or py.dtype not in UNSIGNED or int(py.zero_point) != 0):
+        return
+    dtype = UNSIGNED[py.dtype]
+    low.need(dtype, ACTIVATION_DTYPES, y.name)
+    low.activations[id(x)] = px
+    low.activations[id(y)] = QParams(dtype, py.scale, np.zeros((), dtype))
+    low.folded.add(id(node))
 
 
 def plan(model: Model, storage: str = "ort") -> Lowering:
@@ -207,7 +243,7 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
                 if params is not None:
                     low.constants[id(bias)] = params
         if node.op == "Relu":
-            _fold_relu(node, low, outputs)
+            _fold_relu(node, low, outputs, uint8_activations)
     for value in graph.values():
         if value.quant is not None or id(value) in low.absorbed or value.type.dtype != "float32":
             continue

@@ -2,15 +2,19 @@
 
 - Activations (graph inputs, node outputs): per tensor, range by `method` on the histogram,
   scale/zero point exactly as ONNX Runtime computes them (qcc.quant.affine). Values that carry
-  one annotation (views, Relu, MaxPool, Concat inputs and output) share the union of their
-  ranges; a tensor read only by Relu takes its range from the Relu's output (its negative half
-  is zeroed anyway: ONNX Runtime's Conv+Relu fusion does the same).
+  one annotation (views, Relu, MaxPool, a Concat output and the inputs only it reads) share the
+  union of their ranges; a Concat input read elsewhere too keeps its own range, as ONNX
+  Runtime's QLinearConcat rescales each input (DenseNet: an early layer's output is not
+  quantized at the range of the whole block's last Concat). A tensor read only by Relu takes
+  its range from the Relu's output (its negative half is zeroed anyway: ONNX Runtime's
+  Conv+Relu fusion does the same).
 - Weights (input 1 of Conv/ConvTranspose/Dense): per channel on the output-channel axis or per
   tensor, symmetric by default; `weight_bits=7` is ORT's reduce_range (AVX2 without VNNI
   saturates full 8-bit weights, docs/quantization.md).
 - Bias: int32, scale = s_x * s_w, zero point 0 (per channel when the weight is).
 - Other constants feeding arithmetic: per tensor from their exact min/max. BatchNorm
-  parameters (a BatchNorm fold-bn could not fold) stay float, with the reason recorded.
+  parameters (a BatchNorm fold-bn could neither fold nor, with standalone=conv as in the
+  default per-channel pipelines, turn into a depthwise Conv) stay float, with the reason recorded.
 
 Pinned values (apply-overrides) keep their annotation; INT8/UINT8/INT16 overrides choose the
 dtype. Constant tensors get the documented zero-range rule of qcc.quant.ranges.
@@ -80,7 +84,7 @@ class QuantizeAffine(Pass):
             keep_unmarked_float(acts)
             acts = [v for v in acts if v.quant is None]
         same = lambda a, b: a.meta.get("affine_dtype") == b.meta.get("affine_dtype")  # noqa: E731
-        for members in sharing_classes(graph, acts, same).classes():
+        for members in sharing_classes(graph, acts, same, concat_requantizes=True).classes():
             self._annotate_class(members, calib, graph)
         params = [v for v in graph.values() if is_float(v) and is_param(v) and not pinned(v)]
         for value in params:
@@ -141,7 +145,8 @@ class QuantizeAffine(Pass):
         other = [n for n, _ in uses if n.op not in ARITH_OPS]
         if other:
             set_float(value, f"parameter of {other[0].op} {other[0].name!r}"
-                      + (" (not folded by fold-bn)" if other[0].op == "BatchNorm" else ""))
+                      + (" (not folded by fold-bn; fold-bn{standalone=conv} would make it an integer Conv)"
+                         if other[0].op == "BatchNorm" else ""))
             return
         dtype = value.meta.get("affine_dtype") or self.dtype
         lo, hi = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)

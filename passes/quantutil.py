@@ -135,9 +135,14 @@ class UnionFind:
 
 def sharing_classes(graph: Graph, candidates: Iterable[Value],
                     same: Callable[[Value, Value], bool] = lambda a, b: True,
-                    shared_inputs: bool = False) -> UnionFind:
+                    shared_inputs: bool = False, concat_requantizes: bool = False) -> UnionFind:
     """Union values that carry one annotation: inherit-op inputs/outputs, Concat inputs, and
-    (with shared_inputs) Add/Sub inputs; `same(a, b)` can veto a link (e.g. different widths)."""
+    (with shared_inputs) Add/Sub inputs; `same(a, b)` can veto a link (e.g. different widths).
+
+    concat_requantizes: the runtime's Concat rescales each input (ONNX Runtime's QLinearConcat),
+    so only an input that nothing else reads joins the output's class; one read elsewhere keeps
+    its own range (DenseNet: an early block output is not quantized at the block's final range).
+    """
     uf = UnionFind()
     wanted = {id(v) for v in candidates}
     for value in graph.values():
@@ -149,16 +154,22 @@ def sharing_classes(graph: Graph, candidates: Iterable[Value],
             uf.union(a, b)
 
     for node in graph.nodes:
-        if inherits(node) and node.inputs:
-            first = node.inputs[0]
+        if node.op == "Concat":
+            for other in node.inputs:
+                if not concat_requantizes or _sole_reader(graph, other, node):
+                    link(node.outputs[0], other)
+        elif inherits(node) and node.inputs:
             for out in node.outputs:
-                link(first, out)
-            if node.op == "Concat":
-                for other in node.inputs[1:]:
-                    link(first, other)
+                link(node.inputs[0], out)
         elif shared_inputs and node.op in SHARED_INPUT_OPS and len(node.inputs) == 2:
             link(node.inputs[0], node.inputs[1])
     return uf
+
+
+def _sole_reader(graph: Graph, value: Value | None, node: Node) -> bool:
+    """node is the only reader of value, which is not a graph output."""
+    return value is not None and all(n is node for n in value.consumers()) and not any(
+        v is value for v in graph.outputs)
 
 
 def calibration(model: Model, who: str) -> Any:

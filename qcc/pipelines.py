@@ -3,7 +3,7 @@
 | scheme | pipeline |
 |---|---|
 | none | (empty) |
-| int8, uint8 | fold-bn, [apply-overrides], calibrate, quantize-affine{dtype, per_channel, method} |
+| int8, uint8 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], calibrate, quantize-affine{dtype, per_channel, method} |
 | fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], calibrate, assign-fixed-point{bits, weight_bits, method, target} |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
@@ -52,7 +52,8 @@ def _quantization_pipeline(scheme: str, target: str, opts: Any) -> str:
     method = getattr(opts, "method", None) or default_method(scheme)
     if scheme in ("int8", "uint8"):
         per_channel = "false" if getattr(opts, "per_tensor", False) else "true"
-        return (f"fold-bn,{overrides}calibrate,"
+        fold = "fold-bn" if getattr(opts, "per_tensor", False) else "fold-bn{standalone=conv}"
+        return (f"{fold},{overrides}calibrate,"
                 f"quantize-affine{{dtype={scheme},per_channel={per_channel},method={method}}}")
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]

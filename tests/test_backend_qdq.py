@@ -70,12 +70,12 @@ def test_valid_onnx_keeping_names_shapes_and_metadata(compiled: dict[str, Any]) 
     assert report["target"] == "onnx-qdq" and report["float_fallbacks"] == []
 
 
-@pytest.mark.parametrize("scheme", ["uint8", "int8"])
+@pytest.mark.parametrize("scheme", ["uint8", "int8", "fixed8"])
 def test_ort_runs_every_op_in_integer_kernels(compiled: dict[str, Any], scheme: str) -> None:
     assert not ort_quant.float_ops(compiled[scheme][2])
     ops = ort_quant.fused_ops(compiled[scheme][2])
     assert ops["QLinearConv"] == 6 and ops["QGemm"] == 1 and ops["QLinearAdd"] == 1 and ops["QLinearConcat"] == 1
-    assert ops["Relu"] == 0  # folded into the quantization of the producing Conv/Add
+    assert ops["Relu"] == 0  # folded into the quantization of the producing Conv/Add (fixed8: a requantization)
 
 
 @pytest.mark.parametrize("scheme", ["uint8", "int8", "fixed8"])
@@ -206,6 +206,69 @@ def test_relu_dropped_only_when_quantization_clamps_at_zero(relu_zp: int, conv_q
     got = ort_quant.run(proto.SerializeToString(), {"x": x}, optimize=False)
     step = 0.2 if conv_quantized else 0.1  # a float-summation-order flip moves one step of the coarser scale
     assert np.abs(got - sim).max() <= step * 1.001 and np.mean(got != sim) < 0.02
+
+
+@pytest.mark.parametrize("storage", ["ort", "annotated"])
+def test_fixed_point_relu_becomes_an_exact_unsigned_requantization(storage: str) -> None:
+    """Relu between equal signed zero-point-0 pairs (fixed point): Q(uint8) of the input's DQ, exact.
+
+    'annotated' keeps every type as annotated, so there the Relu stays (in float).
+    """
+    from qcc.backends.onnx_qdq import to_qdq
+
+    model = _conv_relu(0, True)
+    values = model.graph.value_map()
+    values["conv"].quant = values["relu"].quant = FixedPoint(8, 4)
+    proto, _ = to_qdq(model, storage=storage)
+    onnx.checker.check_model(proto, full_check=True)
+    relu_q = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("relu"))
+    conv_zp = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("conv"))
+    ops = [n.op_type for n in proto.graph.node]
+    assert ("Relu" in ops) == (storage == "annotated")
+    if storage == "ort":
+        assert initializer(proto, relu_q.input[2]).dtype == np.uint8 and initializer(proto, relu_q.input[2]) == 0
+        assert initializer(proto, conv_zp.input[2]).dtype == np.int8  # stays signed: see _fold_signed_relu
+    x = np.random.default_rng(1).standard_normal((8, 2, 5, 5)).astype(np.float32) * 4
+    sim = run_batched(model, {"x": x}, quantized=True)["relu"]
+    data = proto.SerializeToString()
+    assert np.array_equal(ort_quant.run(data, {"x": x}, optimize=False), ort_quant.run(data, {"x": x}))
+    assert np.abs(ort_quant.run(data, {"x": x}) - sim).max() <= 2.0 ** -4 * 1.001
+    if storage == "ort":
+        assert not ort_quant.float_ops(data)
+
+
+@pytest.fixture(scope="module")
+def densenet_block(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    from tests.densenet_like import densenet_block_bytes, densenet_block_data
+
+    tmp = tmp_path_factory.mktemp("densenet")
+    src = tmp / "block.onnx"
+    src.write_bytes(densenet_block_bytes())
+    np.savez(tmp / "calib.npz", **densenet_block_data(8, seed=0))
+    return src, tmp / "calib.npz", densenet_block_data(16, seed=1)
+
+
+def test_densenet_block_not_below_quantize_static(densenet_block: Any, tmp_path: Path) -> None:
+    """Caffe2-style BN -> Mul -> Add folded or made one integer Conv; Concat inputs keep their ranges."""
+    src, calib, feeds = densenet_block
+    out = tmp_path / "qcc.onnx"
+    model, report = qcc_compile(src, out, target="onnx-qdq", quantize="uint8", calib=str(calib))
+    ref = ort_quant.run(src, feeds)
+    ours = ort_quant.sqnr_db(ort_quant.run(out, feeds), ref)
+    ort_out = tmp_path / "ort.onnx"
+    ort_quant.quantize_static(src, ort_out, dict(np.load(calib)), "MinMax", per_channel=True)
+    theirs = ort_quant.sqnr_db(ort_quant.run(ort_out, feeds), ref)
+    assert ours >= theirs > 20, (ours, theirs)
+    assert not ort_quant.float_ops(out) and report["float_fallbacks"] == []
+    assert ort_quant.float_ops(ort_out) == {"BatchNormalization": 7}  # what quantize_static leaves in float
+    # mechanism: r7 (MaxPool output, read by a BatchNorm and a Concat) keeps its own range; r21
+    # (a Conv output only the Concat reads) shares the Concat output's
+    quant = {v.name: v.quant for v in model.graph.values()}
+    assert quant["r7"] != quant["r22"] and quant["r21"] == quant["r22"]
+    fake = Interpreter(model, quantized=True).run(feeds)["logits"]
+    out_quant = model.graph.outputs[0].quant
+    assert isinstance(out_quant, Affine)
+    assert np.abs(ort_quant.run(out, feeds, optimize=False) - fake).max() <= out_quant.scale[0] * 1.001
 
 
 def test_light_resnet50_runs_in_ort(tmp_path: Path) -> None:

@@ -290,7 +290,7 @@ def test_default_pipelines() -> None:
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", "onnx", opts) == ""
     assert default_pipeline("uint8", "onnx-qdq", opts) == \
-        "fold-bn,calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
+        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
     assert default_pipeline("fixed8", "nnb", opts).endswith(
         "{bits=8,weight_bits=8,method=mse,target=nnb},plan-memory{kind=shared}")
     assert "target=generic" in default_pipeline("fixed16", "onnx-qdq", opts)

@@ -173,7 +173,9 @@ def _softmax(lw: Lowering, node: Node) -> Step:
     axis = node.attrs["axis"] % len(shape)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     fn = AK.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
-    return Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *_scales(x, y)))])
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *_scales(x, y)))])
+    step.inplace = (0,)  # each element is read for the last time where it is written
+    return step
 
 
 def _batchnorm(lw: Lowering, node: Node) -> Step:

@@ -7,51 +7,8 @@ quantization of inputs) write one float32 operation per statement, as the fixed-
 
 from __future__ import annotations
 
-from qcc.backends.c.ctype import CType
-from qcc.backends.c.kernels import HELPERS, KernelSet, _conv_source, _pool_loops, _sig
-
-HELPERS.update({
-    "requant": ("""
-/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
-static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
-{
-    const int64_t prod = v * m;
-    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
-    int64_t r;
-    if (s > 0) {
-        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
-    }
-    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
-    return qcc_sat(r + zp, lo, hi);
-}
-""", ("sat",)),
-    "quantize": ("""
-/* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
-static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
-{
-    const float t = v / scale;
-    int32_t i;
-    float r;
-    if (t != t) {
-        return zp;
-    }
-    if (t <= (float)(lo - zp)) {
-        return lo;
-    }
-    if (t >= (float)(hi - zp)) {
-        return hi;
-    }
-    i = (int32_t)t;
-    r = t - (float)i;
-    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
-        i += 1;
-    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
-        i -= 1;
-    }
-    return i + zp;
-}
-""", ()),
-})
+from qcc.backends.c.ctype import CType, scale_params
+from qcc.backends.c.kernels import KernelSet, _conv_source, _pool_loops, _sig
 
 REQ = "int32_t zx, int32_t mult, int shift, int32_t zy"
 """The requantization parameters of a one-input kernel."""
@@ -237,19 +194,6 @@ BINARY = {
             "qcc_min(qcc_requant((int64_t)av - za, ma, sa, zy, LO, HI), qcc_requant((int64_t)bv - zb, mb, sb, zy, LO, HI))"),
 }
 
-HELPERS["minmax"] = ("""
-static int32_t qcc_max(int32_t a, int32_t b)
-{
-    return a > b ? a : b;
-}
-
-static int32_t qcc_min(int32_t a, int32_t b)
-{
-    return a < b ? a : b;
-}
-""", ())
-
-
 def binary(ks: KernelSet, op: str, a: CType, b: CType, y: CType) -> str:
     """Elementwise with broadcasting (p == NULL: same shapes); see BINARY for the arithmetic."""
     name = f"qcc_{op.lower()}_{a.suffix}_{b.suffix}_{y.suffix}"
@@ -279,14 +223,9 @@ static void {name}(const {a.name} *a, const {b.name} *b, {y.name} *y, long n, co
 """, helpers)
 
 
-def _get(x: CType, expr: str) -> str:
-    return f"(float)((int32_t){expr} - zx) * sx"
-
-
 def softmax(ks: KernelSet, x: CType, y: CType) -> str:
     name = f"qcc_softmax_{x.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", "float sx", "int32_t zx",
-              "float sy", "int32_t zy"]
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *scale_params(x, y)]
     return ks.kernel(name, lambda: f"""
 /* Peak, total of exp(v - peak) in index order, then quantize(exp(v - peak) / total); float32. */
 {_sig(name, params)}
@@ -295,45 +234,20 @@ def softmax(ks: KernelSet, x: CType, y: CType) -> str:
     for (o = 0; o < outer; ++o) {{
         for (i = 0; i < inner; ++i) {{
             const long base = o * axis * inner + i;
-            float peak = {_get(x, "x[base]")};
+            float peak = {x.get("x[base]", "")};
             float total = 0.0f;
             for (k = 0; k < axis; ++k) {{
-                const float v = {_get(x, "x[base + k * inner]")};
+                const float v = {x.get("x[base + k * inner]", "")};
                 peak = v > peak ? v : peak;
             }}
             for (k = 0; k < axis; ++k) {{
-                total += qcc_expf({_get(x, "x[base + k * inner]")} - peak);
+                total += qcc_expf({x.get("x[base + k * inner]", "")} - peak);
             }}
             for (k = 0; k < axis; ++k) {{
-                const float e = qcc_expf({_get(x, "x[base + k * inner]")} - peak);
-                y[base + k * inner] = ({y.name})qcc_quantize(e / total, sy, zy, {y.lo}, {y.hi});
+                const float e = qcc_expf({x.get("x[base + k * inner]", "")} - peak);
+                y[base + k * inner] = {y.set("e / total", "")};
             }}
         }}
     }}
 }}
 """, ("expf", "quantize"))
-
-
-def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_batchnorm_{x.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"{y.name} *y", "const float *mean", "const float *gamma", "const float *beta",
-              "const float *std", "long n", "long c", "long inner", "float sx", "int32_t zx", "float sy", "int32_t zy"]
-    return ks.kernel(name, lambda: f"""
-/* ((x - mean) * gamma) / std + beta, one float32 operation at a time, then quantized. */
-{_sig(name, params)}
-{{
-    long b, ch, i;
-    for (b = 0; b < n; ++b) {{
-        for (ch = 0; ch < c; ++ch) {{
-            const long base = (b * c + ch) * inner;
-            for (i = 0; i < inner; ++i) {{
-                float t = {_get(x, "x[base + i]")} - mean[ch];
-                t = t * gamma[ch];
-                t = t / std[ch];
-                t = t + beta[ch];
-                y[base + i] = ({y.name})qcc_quantize(t, sy, zy, {y.lo}, {y.hi});
-            }}
-        }}
-    }}
-}}
-""", ("quantize",))

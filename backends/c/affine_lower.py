@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 from qcc.backends.c import affine_kernels as AK
-from qcc.backends.c.ctype import FLOAT, CType, hexfloat
+from qcc.backends.c.ctype import CType
 from qcc.backends.c.lower import (
     VIEW_OPS,
     Arg,
@@ -21,6 +21,7 @@ from qcc.backends.c.lower import (
     Step,
     _bcast,
     conv_params,
+    lower_batchnorm,
     numel,
     perm_params,
     pool_params,
@@ -30,7 +31,6 @@ from qcc.backends.c.lower import (
 from qcc.ir.core import Node, Value
 from qcc.ir.types import Affine
 from qcc.sim import affine_int as ai
-from qcc.sim.fixed import batchnorm_params
 
 INT_TYPES = {dtype: CType(affine=Affine((1.0,), (0,), dtype)) for dtype in ("int8", "int16", "int32")}
 
@@ -162,44 +162,21 @@ def _binary(lw: Lowering, node: Node) -> Step:
     return step
 
 
-def _scales(x: Value, y: Value) -> list[str]:
-    (sx, zx, _), (sy, zy, _) = ai.act(x), ai.act(y)
-    return [hexfloat(sx), str(zx), hexfloat(sy), str(zy)]
-
-
 def _softmax(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     shape = static_shape(x)
     axis = node.attrs["axis"] % len(shape)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     fn = AK.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
-    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *_scales(x, y)))])
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
     step.inplace = (0,)  # each element is read for the last time where it is written
-    return step
-
-
-def _batchnorm(lw: Lowering, node: Node) -> Step:
-    x, y = node.input(0), node.outputs[0]
-    params = [node.input(i) for i in range(1, 5)]
-    for value in params:
-        if value.const is None:
-            raise lw.unsupported(node, f"parameter {value.name!r} is not a constant")
-    stored = [np.zeros(0)] + [ai.param_f32(v, ai.store_param(v)) for v in params]
-    arrays = batchnorm_params(node, stored)
-    names = [lw.array(a.astype(np.float32), FLOAT, f"qcc_bn_{node.name}_{what}", f"{node.name} {what}")
-             for a, what in zip(arrays, ("mean", "gamma", "beta", "std"))]
-    shape = static_shape(x)
-    fn = AK.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))
-    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), *names, str(shape[0]), str(shape[1]),
-                                 str(int(np.prod(shape[2:]))), *_scales(x, y)))])
-    step.inplace = (0,)
     return step
 
 
 AFFINE_LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
     "GlobalMaxPool": _pool, "Concat": _concat, "Transpose": _transpose, "Softmax": _softmax,
-    "BatchNorm": _batchnorm, **{op: _binary for op in AK.BINARY}, **{op: _view for op in VIEW_OPS},
+    "BatchNorm": lower_batchnorm, **{op: _binary for op in AK.BINARY}, **{op: _view for op in VIEW_OPS},
 }
 
 

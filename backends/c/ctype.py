@@ -51,14 +51,32 @@ class CType:
         return AFFINE_DTYPES[self.affine.dtype][1] if self.affine is not None else fixed_bounds(self.bits)[1]
 
     def get(self, expr: str, inv: str) -> str:
-        """C float expression reading an element (the runtime's getter)."""
+        """C float expression reading an element: fixed point `q * inv` (the runtime's getter),
+        affine `(q - zx) * sx` (kernel parameters sx, zx: `scale_params`)."""
+        if self.affine is not None:
+            return f"((float)((int32_t){expr} - zx) * sx)"
         return expr if self.fixed is None else f"((float){expr} * {inv})"
 
     def set(self, expr: str, scale: str) -> str:
-        """C expression storing a float (the runtime's setter: truncation, saturation)."""
+        """C expression storing a float: fixed point `v * scale` truncated and saturated (the
+        runtime's setter), affine `v / sy + zy` rounded half to even and saturated."""
+        if self.affine is not None:
+            return f"({self.name})qcc_quantize({expr}, sy, zy, {self.lo}, {self.hi})"
         if self.fixed is None:
             return expr
         return f"({self.name})qcc_store({expr}, {scale}, {self.lo}, {self.hi})"
+
+    @property
+    def setter(self) -> tuple[str, ...]:
+        """The helper `set` calls."""
+        return ("quantize",) if self.affine is not None else ("store",) if self.fixed is not None else ()
+
+
+def scale_params(x: CType, y: CType) -> list[str]:
+    """The kernel parameters `get` (of x) and `set` (of y) read."""
+    xs = ["float sx", "int32_t zx"] if x.affine is not None else ["float xinv"] if x.is_int else []
+    ys = ["float sy", "int32_t zy"] if y.affine is not None else ["float yscale"] if y.is_int else []
+    return xs + ys
 
 
 FLOAT = CType()

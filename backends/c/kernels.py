@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from qcc.backends.c.ctype import FLOAT as FLOAT_T
-from qcc.backends.c.ctype import CType
+from qcc.backends.c.ctype import CType, scale_params
 
 
 def _saturating(name: str, op: str, high: str, low: str, doc: str) -> str:
@@ -171,6 +171,61 @@ typedef struct {
 """, ()),
 }
 
+HELPERS.update({
+    "requant": ("""
+/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
+static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
+{
+    const int64_t prod = v * m;
+    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    int64_t r;
+    if (s > 0) {
+        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
+    }
+    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
+    return qcc_sat(r + zp, lo, hi);
+}
+""", ("sat",)),
+    "quantize": ("""
+/* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
+static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
+{
+    const float t = v / scale;
+    int32_t i;
+    float r;
+    if (t != t) {
+        return zp;
+    }
+    if (t <= (float)(lo - zp)) {
+        return lo;
+    }
+    if (t >= (float)(hi - zp)) {
+        return hi;
+    }
+    i = (int32_t)t;
+    r = t - (float)i;
+    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
+        i += 1;
+    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
+        i -= 1;
+    }
+    return i + zp;
+}
+""", ()),
+    "minmax": ("""
+static int32_t qcc_max(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+static int32_t qcc_min(int32_t a, int32_t b)
+{
+    return a < b ? a : b;
+}
+""", ()),
+})
+"""Affine mode (qcc.sim.affine_int): requantization, quantization, comparison."""
+
 MATH_HELPERS = frozenset({"expf", "tanhf"})
 
 
@@ -203,10 +258,6 @@ class KernelSet:
 
 def _sig(name: str, params: list[str]) -> str:
     return f"static void {name}({', '.join(params)})"
-
-
-def _scale_params(x: CType, y: CType) -> list[str]:
-    return (["float xinv"] if x.is_int else []) + (["float yscale"] if y.is_int else [])
 
 
 # ---------------------------------------------------------------- float-only kernels
@@ -658,8 +709,8 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
     stmts, extra, helpers = UNARY[op]
     name = f"qcc_{op.lower()}_{x.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *_scale_params(x, y), *(f"float {e}" for e in extra)]
-    deps = helpers + (("store",) if y.is_int else ())
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *scale_params(x, y), *(f"float {e}" for e in extra)]
+    deps = helpers + y.setter
     return ks.kernel(name, lambda: f"""
 {_sig(name, params)}
 {{
@@ -677,9 +728,9 @@ def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
 def softmax(ks: KernelSet, x: CType, y: CType) -> str:
     """nnabla-c-runtime's generic Softmax: exponentials stored, read back, divided by the sum."""
     name = f"qcc_softmax_{x.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *_scale_params(x, y)]
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *scale_params(x, y)]
     yinv = "(1.0f / yscale)"
-    deps = ("expf",) + (("store",) if y.is_int else ())
+    deps = ("expf", *y.setter)
     return ks.kernel(name, lambda: f"""
 {_sig(name, params)}
 {{
@@ -711,8 +762,8 @@ def softmax(ks: KernelSet, x: CType, y: CType) -> str:
 def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
     name = f"qcc_batchnorm_{x.suffix}_{y.suffix}"
     params = [f"const {x.name} *x", f"{y.name} *y", "const float *mean", "const float *gamma", "const float *beta",
-              "const float *std", "long n", "long c", "long inner", *_scale_params(x, y)]
-    deps = ("store",) if y.is_int else ()
+              "const float *std", "long n", "long c", "long inner", *scale_params(x, y)]
+    deps = y.setter
     return ks.kernel(name, lambda: f"""
 /* ((x - mean) * gamma) / std + beta, one float32 operation at a time. */
 {_sig(name, params)}

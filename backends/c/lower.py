@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import numpy as np
 from qcc.backends.c import kernels as K
-from qcc.backends.c.ctype import FLOAT, CType, comment_text, pow2
+from qcc.backends.c.ctype import FLOAT, CType, comment_text, hexfloat, pow2
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
@@ -195,6 +195,10 @@ class Lowering:
             raise self.unsupported(node, problem)
 
     def scales(self, x: Value, y: Value) -> list[str]:
+        """The arguments of `ctype.scale_params`: 2**-fx and 2**fy, or the affine (scale, zero point)s."""
+        if self.mode == "affine":
+            (sx, zx, _), (sy, zy, _) = ai.act(x), ai.act(y)
+            return [hexfloat(sx), str(zx), hexfloat(sy), str(zy)]
         cx, cy = self.ctype(x), self.ctype(y)
         out = []
         if cx.is_int:
@@ -367,7 +371,8 @@ def _softmax(lw: Lowering, node: Node) -> Step:
     return step
 
 
-def _batchnorm(lw: Lowering, node: Node) -> Step:
+def lower_batchnorm(lw: Lowering, node: Node) -> Step:
+    """Float32 between the getter and the setter (every mode; parameters computed by qcc)."""
     x, y = node.input(0), node.outputs[0]
     params = [node.input(i) for i in range(1, 5)]
     for value in params:
@@ -506,7 +511,7 @@ def _float_only(fn: Callable[[Lowering, Node], Step]) -> Callable[[Lowering, Nod
 
 LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
-    "GlobalMaxPool": _pool, "Softmax": _softmax, "BatchNorm": _batchnorm, "Concat": _concat,
+    "GlobalMaxPool": _pool, "Softmax": _softmax, "BatchNorm": lower_batchnorm, "Concat": _concat,
     "Transpose": _transpose, "LRN": _lrn,
     **{op: _unary for op in K.UNARY},
     **{op: _binary for op in K.BINARY_F32},

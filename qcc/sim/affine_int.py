@@ -360,25 +360,17 @@ def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def batchnorm_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    """((x - mean) * gamma) / sqrt(var + eps) + beta in float32 (the order of target c's other modes)."""
-    from qcc.sim.fixed import batchnorm_params
+    """((x - mean) * gamma) / sqrt(var + eps) + beta in float32 (target c's order in every mode)."""
+    from qcc.sim.fixed import batchnorm_params, quantize_param
 
     x = dequantize(args[0], node.input(0))
-    params = [np.zeros(0)] + [param_f32(v, a) for v, a in zip(node.inputs[1:], args[1:])]
+    for value in node.inputs[1:]:
+        if value is None or value.const is None:
+            raise UnsupportedError(f"affine integer mode: BatchNorm {node.name!r} needs constant parameters")
+    params = [np.zeros(0)] + [quantize_param(v) for v in node.inputs[1:] if v is not None]
     shape = (1, -1) + (1,) * (x.ndim - 2)
     mean, gamma, beta, std = (p.reshape(shape) for p in batchnorm_params(node, params))
     return [quantize_input((x - mean) * gamma / std + beta, node.outputs[0])]
-
-
-def param_f32(value: Value | None, array: np.ndarray) -> np.ndarray:
-    """A float parameter as float32 (a per-tensor affine one dequantized)."""
-    quant = affine_of(value)
-    if quant is None:
-        return np.asarray(array, dtype=F32)
-    if quant.axis is not None:
-        raise UnsupportedError(f"affine integer mode: parameter {value.name!r} is quantized per channel "  # type: ignore[union-attr]
-                               "where a float parameter is expected")
-    return (np.asarray(array, dtype=np.int64) - quant.zero_point[0]).astype(F32) * F32(quant.scale[0])
 
 
 INTEGER_KERNELS: dict[str, NodeKernel] = {

@@ -83,13 +83,25 @@ static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)
     return (int32_t)t;
 }
 """, ()),
+    "rint": ("""
+/* t rounded half to even (t finite and inside the int32 range). */
+static int32_t qcc_rint(float t)
+{
+    int32_t i = (int32_t)t;
+    const float r = t - (float)i;
+    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
+        i += 1;
+    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
+        i -= 1;
+    }
+    return i;
+}
+""", ()),
     "round": ("""
 /* Input quantization: v * 2^frac rounded half to even, saturated; NaN gives 0. */
 static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
 {
     const float t = v * scale;
-    int32_t i;
-    float r;
     if (t != t) {
         return 0;
     }
@@ -99,16 +111,9 @@ static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
     if (t <= (float)lo) {
         return lo;
     }
-    i = (int32_t)t;
-    r = t - (float)i;
-    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
-        i += 1;
-    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
-        i -= 1;
-    }
-    return i;
+    return qcc_rint(t);
 }
-""", ()),
+""", ("rint",)),
     "expf": ("""
 /* exp rounded once from double precision (qcc.sim.fixed.exp_f32). */
 static float qcc_expf(float v)
@@ -191,8 +196,6 @@ static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, 
 static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
 {
     const float t = v / scale;
-    int32_t i;
-    float r;
     if (t != t) {
         return zp;
     }
@@ -202,16 +205,9 @@ static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_
     if (t >= (float)(hi - zp)) {
         return hi;
     }
-    i = (int32_t)t;
-    r = t - (float)i;
-    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
-        i += 1;
-    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
-        i -= 1;
-    }
-    return i + zp;
+    return qcc_rint(t) + zp;
 }
-""", ()),
+""", ("rint",)),
     "minmax": ("""
 static int32_t qcc_max(int32_t a, int32_t b)
 {

@@ -22,7 +22,7 @@ from qcc.ir.types import Affine, TensorType
 from qcc.pm import PassContext, PassManager, build_passes
 from qcc.sim.affine_int import common_params, requant_params, rshift, run_affine_int
 from qcc.sim.interpreter import run_model
-from tests.test_backend_c import build, coverage_model, run_c
+from tests.test_backend_c import assert_no_heap_vla_or_recursion, build, coverage_model, run_c
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -107,6 +107,7 @@ def test_affine_coverage_is_bit_exact(tmp_path: Path, dtype: str) -> None:
     ops = {n.op for n in model.graph.nodes}
     assert {"Conv", "BatchNorm", "Dense", "Softmax", "AvgPool", "GlobalMaxPool", "Transpose", "Mul", "Max"} <= ops
     exe = build(model, tmp_path / f"cov_{dtype}")
+    assert_no_heap_vla_or_recursion(tmp_path / f"cov_{dtype}" / f"cov_{dtype}.c")
     x = rng.standard_normal((30, 4, 9, 9)).astype(np.float32) * 1.5  # some saturation
     size = sum(int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape])) for v in model.graph.outputs)
     got = run_c(exe, x, size)

@@ -45,12 +45,20 @@ def test_requantization_arithmetic() -> None:
     assert rshift(v, 0).tolist() == v.tolist()
 
 
-@pytest.mark.parametrize("scheme", ["int8", "uint8"])
-def test_digits_affine_is_bit_exact_and_keeps_accuracy(tmp_path: Path, scheme: str) -> None:
+ASYMMETRIC = "fold-bn,calibrate,quantize-affine{weight_symmetric=false,weight_dtype=uint8,symmetric=true}"
+
+
+@pytest.mark.parametrize(("scheme", "passes"), [
+    ("int8", None), ("uint8", None), ("int8", "fold-bn,calibrate,quantize-affine{per_channel=false}"),
+    ("int8", ASYMMETRIC),  # uint8 weights with zero points: centered weights need int16
+])
+def test_digits_affine_is_bit_exact_and_keeps_accuracy(tmp_path: Path, scheme: str, passes: str | None) -> None:
     out = tmp_path / f"digits_{scheme}"
     model, report = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, target="c", quantize=scheme,
-                                       calib=str(DIGITS / "calib.npz"), eval=str(DIGITS / "test.npz"))
+                                       passes=passes, calib=str(DIGITS / "calib.npz"),
+                                       eval=str(DIGITS / "test.npz"))
     assert "affine" in (out / f"{out.name}.h").read_text().split("Numeric mode:")[1].splitlines()[0]
+    assert ("static const int16_t qcc_w_conv1" in (out / f"{out.name}.c").read_text()) == (passes == ASYMMETRIC)
     test = np.load(DIGITS / "test.npz")
     x, labels = test["x"], test["labels"]
     exe = build(model, tmp_path / "harness_build")

@@ -13,8 +13,12 @@ package's light_resnet50 / light_densenet121 with seeded random weights (tests/o
 random normal calibration and evaluation inputs, and the final Softmax removed so the SQNR
 measures logits.
 
+Each qcc row's 'vs quantize_static' is quantize_static's time over qcc's for the same method and
+weight granularity (int8 against quantize_static's defaults), both measured in this run; with
+--repeat N each tool runs N times per config and the fastest run counts (the machine is shared).
+
 Run: .venv/bin/python bench/compare_ort_quant.py [--models digits,resnet50,densenet121]
-     [--samples 8] [--eval-samples 16] [--runs 20] [--no-write]
+     [--samples 8] [--eval-samples 16] [--runs 20] [--repeat 1] [--no-write]
 Results are printed and written to docs/benchmarks.md under "## ONNX QDQ vs quantize_static".
 """
 
@@ -60,6 +64,7 @@ class Row:
     wall_s: float
     peak_mb: float
     path: Path
+    pair: str  # method, granularity and activation type: the same for the two tools' matching rows
 
 
 def light_model(name: str, out: Path) -> tuple[str, tuple[int, ...]]:
@@ -114,6 +119,12 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+def best_of(repeat: int, argv: list[str], log: Path) -> tuple[float, float]:
+    """The fastest of `repeat` runs (wall seconds) and the largest peak RSS (MB)."""
+    runs = [measured(argv, log) for _ in range(repeat)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
 def measured(argv: list[str], log: Path) -> tuple[float, float]:
     """Run argv; (wall seconds, peak RSS MB) of that process alone.
 
@@ -130,27 +141,34 @@ def measured(argv: list[str], log: Path) -> tuple[float, float]:
     return float(wall), float(maxrss_kb) / 1024
 
 
-def run_tools(case: Case, work: Path, qcc_methods: list[str]) -> list[Row]:
+def run_tools(case: Case, work: Path, qcc_methods: list[str], repeat: int = 1) -> list[Row]:
     rows = []
-    qcc_configs = [(f"uint8 {m}", ["--quantize", "uint8", "--method", m]) for m in qcc_methods]
-    qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor"]))
-    qcc_configs.append(("int8 minmax", ["--quantize", "int8"]))
-    for i, (config, extra) in enumerate(qcc_configs):
+    qcc_configs = [(f"uint8 {m}", ["--quantize", "uint8", "--method", m], f"uint8 {m}") for m in qcc_methods]
+    qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor"], "uint8 minmax per-tensor"))
+    qcc_configs.append(("int8 minmax", ["--quantize", "int8"], "int8"))
+    for i, (config, extra, pair) in enumerate(qcc_configs):
         out = work / f"{case.name}_qcc{i}.onnx"
         argv = [sys.executable, "-m", "qcc", "compile", str(case.model), "-o", str(out), "--target", "onnx-qdq",
                 "--calib", str(case.calib), *extra]
-        wall, peak = measured(argv, work / f"{case.name}_qcc{i}.log")
-        rows.append(Row("qcc", config, wall, peak, out))
+        wall, peak = best_of(repeat, argv, work / f"{case.name}_qcc{i}.log")
+        rows.append(Row("qcc", config, wall, peak, out, pair))
     ort_configs = [(m, pc, "uint8") for m in ort_quant.ORT_METHODS for pc in (True, False)]
     ort_configs.append(("MinMax", False, "int8"))  # quantize_static's own defaults
     for i, (method, per_channel, act) in enumerate(ort_configs):
         out = work / f"{case.name}_ort{i}.onnx"
         argv = [sys.executable, __file__, "--ort-worker", str(case.model), str(case.calib), str(out), method,
                 str(int(per_channel)), act, str(int(case.static_batch))]
-        wall, peak = measured(argv, work / f"{case.name}_ort{i}.log")
+        wall, peak = best_of(repeat, argv, work / f"{case.name}_ort{i}.log")
         config = f"{act} {method}" + ("" if per_channel else " per-tensor") + (" (defaults)" if act == "int8" else "")
-        rows.append(Row("quantize_static", config, wall, peak, out))
+        pair = "int8" if act == "int8" else f"uint8 {method.lower()}" + ("" if per_channel else " per-tensor")
+        rows.append(Row("quantize_static", config, wall, peak, out, pair))
     return rows
+
+
+def speedups(rows: list[Row]) -> dict[str, float]:
+    """quantize_static's time over qcc's, by qcc config, for the configs both tools ran."""
+    anchor = {r.pair: r.wall_s for r in rows if r.tool == "quantize_static"}
+    return {r.config: anchor[r.pair] / r.wall_s for r in rows if r.tool == "qcc" and r.pair in anchor}
 
 
 def import_baselines(work: Path) -> str:
@@ -193,9 +211,10 @@ def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
         f"### {case.name}",
         "",
         f"| tool | config | {quality} | logits SQNR (dB) | size (KB) | float ops in ORT | latency (ms) | "
-        "tool time (s) | tool peak RSS (MB) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "tool time (s) | vs quantize_static | tool peak RSS (MB) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    ratio = speedups(rows)
 
     def score(y: np.ndarray) -> float:
         return ort_quant.top1(y, case.labels if case.labels is not None else ref.argmax(axis=1))
@@ -203,13 +222,21 @@ def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
     batch = 1 if case.static_batch else len(case.labels if case.labels is not None else ref)
     lat = latencies([case.model, *(r.path for r in rows)], {k: v[:batch] for k, v in case.feeds.items()}, runs)
     lines.append(f"| float | - | {score(ref):.4f} | - | {case.model.stat().st_size / 1024:.0f} | "
-                 f"{float_ops(case.model)} | {lat[0]:.2f} | - | - |")
+                 f"{float_ops(case.model)} | {lat[0]:.2f} | - | - | - |")
     for row, ms in zip(rows, lat[1:]):
         y = ort_quant.run(row.path, case.feeds)
+        vs = f"{ratio[row.config]:.1f}x faster" if row.config in ratio and row.tool == "qcc" else "-"
         lines.append(
             f"| {row.tool} | {row.config} | {score(y):.4f} | {ort_quant.sqnr_db(y, ref):.2f} | "
             f"{row.path.stat().st_size / 1024:.0f} | {float_ops(row.path)} | {ms:.2f} | "
-            f"{row.wall_s:.1f} | {row.peak_mb:.0f} |")
+            f"{row.wall_s:.1f} | {vs} | {row.peak_mb:.0f} |")
+    qcc_rows = [r for r in rows if r.tool == "qcc" and r.config in ratio]
+    if qcc_rows:
+        ort_peak = min(r.peak_mb for r in rows if r.tool == "quantize_static")
+        lines += ["", f"qcc / quantize_static time ratio: {', '.join(f'{r.config} {1 / ratio[r.config]:.2f}' for r in qcc_rows)} "
+                      f"(quantize_static {min(ratio.values()):.1f}x to {max(ratio.values()):.1f}x slower); "
+                      f"qcc peak RSS at most {max(r.peak_mb for r in qcc_rows):.0f} MB, quantize_static at least "
+                      f"{ort_peak:.0f} MB."]
     return lines
 
 
@@ -227,7 +254,8 @@ def write_section(lines: list[str], args: argparse.Namespace) -> None:
         f"{args.runs} runs interleaved across the models of a table. 'float ops in ORT': nodes of ORT's optimized graph "
         "that compute on float data, QuantizeLinear/DequantizeLinear not counted (0 = every op runs in an "
         "integer kernel), with the most frequent kinds. "
-        f"1-minute load average at the end: {os.getloadavg()[0]:.1f} (other jobs share the machine).",
+        f"Tool times: the fastest of {args.repeat} run(s) per config. 1-minute load average at the start "
+        f"{args.load_at_start:.1f}, at the end {os.getloadavg()[0]:.1f} (other jobs share the machine).",
         "",
     ]
     replace_section(SECTION, "\n".join(head + lines) + "\n", DOC)
@@ -247,12 +275,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-samples", type=int, default=16)
     ap.add_argument("--runs", type=int, default=20, help="latency runs (median)")
     ap.add_argument("--qcc-methods", default="minmax,percentile,entropy")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tool config; the fastest counts")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--ort-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.ort_worker:
         ort_worker(args.ort_worker)
         return
+    args.load_at_start = os.getloadavg()[0]
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -260,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         print(lines[0], flush=True)
         for name in args.models.split(","):
             case = prepare(name, work, args.samples, args.eval_samples)
-            rows = run_tools(case, work, args.qcc_methods.split(","))
+            rows = run_tools(case, work, args.qcc_methods.split(","), args.repeat)
             part = evaluate(case, rows, args.runs)
             print("\n".join(part) + "\n", flush=True)
             lines += [*part, ""]

@@ -19,10 +19,10 @@ import numpy as np
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 
 from qcc.errors import InvalidInputError, UsageError
-from qcc.ir.core import Model, Value
+from qcc.ir.core import Model, Node, Value
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.ranges import is_constant
-from qcc.quant.stats import DEFAULT_NUM_BINS, TensorStats
+from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 
 PRODUCT = "calibration"
 
@@ -135,26 +135,82 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
     (same tensors by name, one batch of outputs alive at a time).
     """
-    graph = model.graph
-    tracked = {id(v): v for v in graph.inputs if is_float(v)}
-    for node in graph.nodes:
-        tracked.update({id(v): v for v in node.outputs if is_float(v)})
-    stats = {v.name: TensorStats(v.name, num_bins) for v in tracked.values()}
-
-    def observe(value: Value, array: np.ndarray) -> None:
-        if id(value) in tracked:
-            stats[value.name].update(array)
-
-    run = _ort_runner(model, list(tracked.values()), stats) if engine == "onnxruntime" else _qcc_runner(model, observe)
+    observer = _Observer(model, num_bins)
+    observed = list(observer.tracked.values())
+    run = _ort_runner(model, observed, observer) if engine == "onnxruntime" else _qcc_runner(model, observer)
     count = len(next(iter(feeds.values()))) if feeds else 0
     bar = _Progress(count) if progress else None
     for start in range(0, count, batch):
+        observer.batch_counts.clear()
         run({k: v[start:start + batch] for k, v in feeds.items()})
         if bar:
             bar.update(min(start + batch, count))
     if bar:
         bar.close()
-    return Calibration(stats, count)
+    return Calibration(observer.finish(), count)
+
+
+REARRANGING_OPS = frozenset({"Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity",
+                             "Dropout"})
+"""Ops whose output holds exactly the values of their data inputs, only rearranged."""
+
+
+def _data_inputs(node: Node) -> list[Value]:
+    return [v for v in (node.inputs if node.op == "Concat" else node.inputs[:1]) if v is not None]
+
+
+class _Observer:
+    """Folds each computed float tensor into its TensorStats, skipping the passes it can.
+
+    Statistics of a multiset of values merge exactly (qcc.quant.stats), so a Concat output or a
+    reshaped tensor is never read: at the end it gets the merge of its inputs' statistics, bin
+    for bin what observing it would give (DenseNet's growing Concat outputs are a quarter of
+    what it computes). A Relu output is accounted from its input's histogram of the same batch
+    when the bins line up (TensorStats.add_relu_of), and observed otherwise.
+    """
+
+    def __init__(self, model: Model, num_bins: int) -> None:
+        graph = model.graph
+        tracked = {id(v): v for v in graph.inputs if is_float(v)}
+        for node in graph.nodes:
+            tracked.update({id(v): v for v in node.outputs if is_float(v)})
+        self.order = [v.name for v in tracked.values()]
+        self.num_bins = num_bins
+        self.derived = [n for n in graph.nodes if n.op in REARRANGING_OPS and len(n.outputs) == 1
+                        and id(n.outputs[0]) in tracked and _data_inputs(n)
+                        and all(id(v) in tracked for v in _data_inputs(n))]
+        for node in self.derived:
+            del tracked[id(node.outputs[0])]
+        self.tracked = tracked
+        self.stats = {v.name: TensorStats(v.name, num_bins) for v in tracked.values()}
+        self.relu_input = {id(n.outputs[0]): id(n.inputs[0]) for n in graph.nodes
+                           if n.op == "Relu" and id(n.outputs[0]) in tracked and id(n.inputs[0]) in tracked}
+        self.relu_sources = set(self.relu_input.values())
+        self.batch_counts: dict[int, BatchCounts | None] = {}  # this batch's, by Relu input
+
+    def __call__(self, value: Value, array: np.ndarray) -> None:
+        key = id(value)
+        if key not in self.tracked:
+            return
+        st = self.stats[value.name]
+        relu_of = self.relu_input.get(key)
+        source = self.batch_counts.get(relu_of) if relu_of is not None else None
+        if source is not None and st.add_relu_of(source):
+            return
+        if key in self.relu_sources:
+            self.batch_counts[key] = st.add(array)
+        else:
+            st.update(array)
+
+    def finish(self) -> dict[str, TensorStats]:
+        stats = self.stats
+        for node in self.derived:  # in graph order: a Concat of Concats finds its inputs' statistics
+            out = node.outputs[0]
+            merged = TensorStats(out.name, self.num_bins)
+            for value in _data_inputs(node):
+                merged = merged.merge(attrs.evolve(stats[value.name], name=out.name))
+            stats[out.name] = merged
+        return {name: stats[name] for name in self.order}
 
 
 Runner = Callable[[dict[str, np.ndarray]], object]
@@ -167,7 +223,7 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None]) -> R
     return Interpreter(model, observer=observe, kernels={"Quantize": passthrough}).run
 
 
-def _ort_runner(model: Model, tracked: list[Value], stats: dict[str, TensorStats]) -> Runner:
+def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np.ndarray], None]) -> Runner:
     try:
         import onnxruntime as ort
         from qcc.backends.onnx_export import OnnxWriter, export_graph, finish, value_info
@@ -178,12 +234,12 @@ def _ort_runner(model: Model, tracked: list[Value], stats: dict[str, TensorStats
     proto = finish(writer)
     inputs = {id(v) for v in model.graph.inputs}
     present = {o.name for o in proto.graph.output}
-    onnx_names: dict[str, str] = {}
+    onnx_values: dict[str, Value] = {}
     for value in tracked:
         if id(value) in inputs:
             continue
         name = writer.name(value)
-        onnx_names[name] = value.name
+        onnx_values[name] = value
         if name not in present:
             info = value_info(value)
             info.name = name
@@ -192,14 +248,16 @@ def _ort_runner(model: Model, tracked: list[Value], stats: dict[str, TensorStats
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs() if o.name in onnx_names]
-    input_names = [v.name for v in model.graph.inputs if v.name in stats]
+    rank = {id(v): i for i, v in enumerate(tracked)}  # graph order: a Relu's input comes before it
+    names = sorted((o.name for o in session.get_outputs() if o.name in onnx_values),
+                   key=lambda name: rank[id(onnx_values[name])])
+    graph_inputs = [v for v in model.graph.inputs if id(v) in rank]
 
     def run(batch: dict[str, np.ndarray]) -> None:
-        for name in input_names:
-            stats[name].update(batch[name])
+        for value in graph_inputs:
+            observe(value, batch[value.name])
         for name, array in zip(names, session.run(names, batch)):
-            stats[onnx_names[name]].update(array)
+            observe(onnx_values[name], array)
 
     return run
 

@@ -51,6 +51,19 @@ def rebin(hist: np.ndarray, factor_log2: int) -> np.ndarray:
     return out
 
 
+@attrs.frozen(eq=False)
+class BatchCounts:
+    """What one all-finite batch added to a TensorStats (its histogram at `log2_extent`)."""
+
+    log2_extent: int
+    counts: np.ndarray
+    count: int
+    zero_count: int
+    negative_zeros: int  # -0.0 values, binned with the negatives
+    min: float
+    max: float
+
+
 @attrs.define(eq=False)
 class TensorStats:
     """Statistics of every value seen for one tensor; memory does not depend on the sample count.
@@ -135,6 +148,14 @@ class TensorStats:
 
     def update(self, batch: Any) -> TensorStats:
         """Add every value of `batch`; returns self so calls chain."""
+        self.add(batch)
+        return self
+
+    def add(self, batch: Any) -> BatchCounts | None:
+        """update(), returning what the batch added when it was all finite (None otherwise).
+
+        The result lets `add_relu_of` account for max(batch, 0) without another pass.
+        """
         x = np.asarray(batch)
         if x.dtype.kind not in "fiub":
             raise InvalidInputError(f"tensor {self.name!r}: cannot calibrate dtype {x.dtype}")
@@ -143,7 +164,7 @@ class TensorStats:
         elif x.dtype.itemsize < 4:
             x = x.astype(np.float32)
         if x.size == 0:
-            return self
+            return None
         flat = x.reshape(-1)
         lo, hi = flat.min(), flat.max()
         finite = None
@@ -154,21 +175,49 @@ class TensorStats:
             self.inf_count += int(flat.size - np.count_nonzero(finite)) - nans
             flat = x[finite]
             if flat.size == 0:
-                return self
+                return None
             lo, hi = flat.min(), flat.max()
         if self.channel_axis is not None:
             self._update_channels(x, finite)
         self.count += int(flat.size)
         self.min = min(self.min, float(lo))
         self.max = max(self.max, float(hi))
-        k = extent_for(max(-float(lo), float(hi)))
+        self._grow(extent_for(max(-float(lo), float(hi))))
+        counts, zeros, negative_zeros = self._accumulate(flat)
+        if finite is not None:
+            return None
+        return BatchCounts(self.log2_extent, counts, int(flat.size), zeros, negative_zeros, float(lo), float(hi))
+
+    def add_relu_of(self, source: BatchCounts) -> bool:
+        """Add max(x, 0) for the batch x that `source` describes, without reading the data.
+
+        Exact (the same as update(np.maximum(x, 0))) when x was binned at the level this
+        tensor's histogram needs after the batch; otherwise nothing is added and the result is
+        False: observe the output itself then. ReLU outputs are a third of what a ResNet computes.
+        """
+        n = self.num_bins
+        hi = max(source.max, 0.0)
+        level = max(self.log2_extent, extent_for(hi))
+        if (self.channel_axis is not None or source.counts.size != 2 * n or level != source.log2_extent
+                or source.negative_zeros):  # max(-0.0, 0) is either zero, depending on numpy's loop
+            return False
+        self._grow(level)
+        negatives = int(source.counts[:n].sum())  # all become +0.0
+        self.hist[n:] += source.counts[n:]
+        self.hist[n] += negatives
+        self.count += source.count
+        self.zero_count += source.zero_count + negatives
+        self.min = min(self.min, source.min if source.min > 0 else 0.0)
+        self.max = max(self.max, hi)
+        return True
+
+    def _grow(self, k: int) -> None:
         if k > self.log2_extent:
             self.hist = rebin(self.hist, k - self.log2_extent)
             self.log2_extent = k
-        self._accumulate(flat)
-        return self
 
-    def _accumulate(self, flat: np.ndarray) -> None:
+    def _accumulate(self, flat: np.ndarray) -> tuple[np.ndarray, int, int]:
+        """Bin `flat` into the histogram; (its counts, exact zeros, negative zeros)."""
         n = self.num_bins
         # |x| < 2**k, so t = x * 2**(log2 n - k) lies in (-n, n) and is exact (an underflow to
         # -0.0 keeps its sign). With j = floor(|t|) = |trunc(t)|, x >= 0 goes to bin n + j and
@@ -181,7 +230,8 @@ class TensorStats:
         tbuf = np.empty(size, dtype=flat.dtype)
         ibuf = np.empty(size, dtype=np.int32)  # |index| < 2**31; faster than intp here
         sbuf = np.empty(size, dtype=np.bool_)
-        zeros = 0
+        zeros = negative_zeros = 0
+        total = np.zeros(2 * n, dtype=np.int64)
         for start in range(0, flat.size, _CHUNK):
             chunk = flat[start : start + _CHUNK]
             m = chunk.size
@@ -193,9 +243,15 @@ class TensorStats:
             np.subtract(idx, neg, out=idx, casting="unsafe")
             counts = np.bincount(idx, minlength=2 * n)
             if counts[n] or counts[n - 1]:  # only these bins can hold (signed) zeros
-                zeros += int(np.count_nonzero(chunk == 0))
-            self.hist += counts
+                is_zero = chunk == 0
+                found = int(np.count_nonzero(is_zero))
+                if found and counts[n - 1]:
+                    negative_zeros += int(np.count_nonzero(np.signbit(chunk[is_zero])))
+                zeros += found
+            total += counts
+        self.hist += total
         self.zero_count += zeros
+        return total, zeros, negative_zeros
 
     def _update_channels(self, x: np.ndarray, finite: np.ndarray | None) -> None:
         axis = self.channel_axis

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -61,31 +62,101 @@ class Conv(OpDef):
         return [conv2d(x, w, b, node.attrs)]
 
 
+_BLOCK_ELEMENTS = 1 << 22
+"""Patch-matrix elements built at once (16 MB in float32): bounds a convolution's extra memory."""
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
            accumulate: Any = None) -> np.ndarray:
-    """Reference grouped convolution; `accumulate` overrides the product dtype (int64 for fixed)."""
+    """Grouped convolution in `accumulate` (default x's dtype; int64 for fixed point: exact).
+
+    One matrix product per group and block of samples/rows on a contiguous patch matrix (im2col;
+    1x1 convolutions use the input itself), depthwise ones as a sum of shifted products: BLAS
+    speed in float32, no float64 upcast, extra memory bounded by _BLOCK_ELEMENTS.
+    """
     strides, pads, dil = _conv_geometry(attrs)
-    group = attrs["group"]
-    dtype = accumulate or x.dtype
-    xp = np.pad(x.astype(dtype, copy=False), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, w.shape[2:], strides, dil)  # N, C, OH, OW, KH, KW
-    n, c, oh, ow, kh, kw = win.shape
-    o = w.shape[0]
-    wd = w.astype(dtype, copy=False)
-    if group == 1:
-        y = np.tensordot(win, wd, axes=([1, 4, 5], [1, 2, 3]))  # N, OH, OW, O
-        y = y.transpose(0, 3, 1, 2)
+    group = int(attrs["group"])
+    dtype = np.dtype(accumulate or x.dtype)
+    x = x.astype(dtype, copy=False)
+    w = w.astype(dtype, copy=False)
+    h, wd = x.shape[2:]
+    cg, kh, kw = w.shape[1:]
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    if cg == 1 and group > 1:
+        y = _depthwise(x, w, strides, pads, dil, (oh, ow), group)
     else:
-        cg, og = c // group, o // group
-        wg = win.reshape(n, group, cg, oh, ow, kh, kw)
-        wk = wd.reshape(group, og, cg, kh, kw)
-        if cg == 1 and og == 1:
-            y = np.einsum("ngchwij,gocij->ngohw", wg, wk, optimize=False).reshape(n, o, oh, ow)
-        else:
-            y = np.einsum("ngchwij,gocij->ngohw", wg, wk, optimize=True).reshape(n, o, oh, ow)
+        y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group)
     if b is not None:
-        y = y + b.astype(dtype).reshape(1, -1, 1, 1)
-    return np.ascontiguousarray(y.astype(dtype, copy=False))
+        y += b.astype(dtype, copy=False).reshape(1, -1, 1, 1)
+    return y
+
+
+def _padded(x: np.ndarray, pads: list[int]) -> np.ndarray:
+    if not any(pads):
+        return x
+    n, c, h, w = x.shape
+    xp = np.zeros((n, c, h + pads[0] + pads[2], w + pads[1] + pads[3]), dtype=x.dtype)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + w] = x
+    return xp
+
+
+def _tap(xp: np.ndarray, i: int, j: int, rows: tuple[int, int], ow: int, strides: list[int],
+         dil: list[int]) -> np.ndarray:
+    """The input under kernel tap (i, j) for output rows [r0, r1): (N, C, r1 - r0, OW) view."""
+    r0, r1 = rows
+    top, left = i * dil[0] + r0 * strides[0], j * dil[1]
+    return xp[:, :, top:top + (r1 - r0 - 1) * strides[0] + 1:strides[0], left:left + (ow - 1) * strides[1] + 1:strides[1]]
+
+
+def _conv_gemm(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
+               out_hw: tuple[int, int], group: int) -> np.ndarray:
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    oh, ow = out_hw
+    og, k = o // group, cg * kh * kw
+    wk = w.reshape(group, og, k)
+    y = np.empty((n, o, oh, ow), dtype=x.dtype)
+    if kh == kw == 1 and not any(pads) and strides == [1, 1]:  # the input is the patch matrix
+        np.matmul(wk, x.reshape(n, group, cg, oh * ow), out=y.reshape(n, group, og, oh * ow))
+        return y
+    xp = _padded(x, pads)
+    per_row = max(1, c * kh * kw * ow)
+    rows = max(1, min(oh, _BLOCK_ELEMENTS // per_row))
+    samples = max(1, _BLOCK_ELEMENTS // (per_row * oh)) if rows == oh else 1
+    for n0 in range(0, n, samples):
+        part = xp[n0:n0 + samples]
+        m = len(part)
+        for r0 in range(0, oh, rows):
+            r1 = min(oh, r0 + rows)
+            cols = np.empty((m, c, kh, kw, r1 - r0, ow), dtype=x.dtype)
+            for i in range(kh):
+                for j in range(kw):
+                    cols[:, :, i, j] = _tap(part, i, j, (r0, r1), ow, strides, dil)
+            patches = cols.reshape(m, group, k, (r1 - r0) * ow)
+            if r1 - r0 == oh:
+                np.matmul(wk, patches, out=y[n0:n0 + m].reshape(m, group, og, oh * ow))
+            else:
+                y[n0:n0 + m, :, r0:r1] = np.matmul(wk, patches).reshape(m, o, r1 - r0, ow)
+    return y
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
+               out_hw: tuple[int, int], group: int) -> np.ndarray:
+    """One input channel per group: a sum over kernel taps of per-channel scaled shifted inputs."""
+    o, _, kh, kw = w.shape
+    mult = o // group
+    xp = _padded(x, pads)
+    if mult > 1:  # each input channel feeds `mult` consecutive output channels
+        xp = np.repeat(xp, mult, axis=1)
+    oh, ow = out_hw
+    y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
+    tmp = np.empty_like(y)
+    for i in range(kh):
+        for j in range(kw):
+            np.multiply(_tap(xp, i, j, (0, oh), ow, strides, dil), w[:, 0, i, j].reshape(1, o, 1, 1), out=tmp)
+            y += tmp
+    return y
 
 
 @register
@@ -211,9 +282,10 @@ class BatchNorm(OpDef):
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x, scale, bias, mean, var = xs
         shape = (1, -1) + (1,) * (x.ndim - 2)
-        inv = (scale / np.sqrt(var.astype(np.float64) + node.attrs["epsilon"])).astype(x.dtype)
-        y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
-        return [y.astype(x.dtype)]
+        inv = scale / np.sqrt(var.astype(np.float64) + node.attrs["epsilon"])
+        y = x * inv.astype(x.dtype).reshape(shape)  # one multiply and one add over x: x * inv + shift
+        y += (bias - mean * inv).astype(x.dtype).reshape(shape)
+        return [y.astype(x.dtype, copy=False)]
 
 
 _POOL_ATTRS = {
@@ -254,39 +326,69 @@ def pool_windows(x: np.ndarray, attrs: dict[str, Any], pad_value: float, out_hw:
     return windows(xp, k, s, (1, 1))
 
 
-@register
-class MaxPool(OpDef):
-    """Max over KHxKW windows."""
+def _pool_taps(x: np.ndarray, node: Any, pad_value: float, overhang_value: float) -> Iterator[np.ndarray]:
+    """The KH*KW strided views of x padded with pad_value (declared pads) and overhang_value
+    (ceil-mode cells past the padded input), one per kernel tap: a pooling is a reduction over them."""
+    attrs = node.attrs
+    k = attrs["kernel"]
+    s = attr_list(attrs, "strides", 2, 1)
+    p = attrs["pads"]
+    shape = node.outputs[0].type.shape
+    oh, ow = int(shape[2]), int(shape[3])
+    n, c, h, w = x.shape
+    ph, pw = h + p[0] + p[2], w + p[1] + p[3]
+    need_h, need_w = max(ph, (oh - 1) * s[0] + k[0]), max(pw, (ow - 1) * s[1] + k[1])
+    xp = x
+    if any(p) or need_h > ph or need_w > pw:
+        xp = np.full((n, c, need_h, need_w), overhang_value, dtype=x.dtype)
+        if pad_value != overhang_value:
+            xp[:, :, :ph, :pw] = pad_value
+        xp[:, :, p[0]:p[0] + h, p[1]:p[1] + w] = x
+    for i in range(k[0]):
+        for j in range(k[1]):
+            yield xp[:, :, i:i + (oh - 1) * s[0] + 1:s[0], j:j + (ow - 1) * s[1] + 1:s[1]]
 
+
+def _pool_reduce(ufunc: np.ufunc, x: np.ndarray, node: Any, pad_value: float, overhang_value: float) -> np.ndarray:
+    """ufunc (np.maximum, np.add) folded over the kernel taps of x (in float: pads can be -inf)."""
+    x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
+    out: np.ndarray | None = None
+    for tap in _pool_taps(x, node, pad_value, overhang_value):
+        out = tap.copy() if out is None else ufunc(out, tap, out=out)
+    assert out is not None
+    return out
+
+
+class _WindowPool(OpDef):
     attrs = _POOL_ATTRS
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
         return _pool_infer(types, attrs)
 
+
+@register
+class MaxPool(_WindowPool):
+    """Max over KHxKW windows."""
+
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        out = node.outputs[0].type.shape
-        win = pool_windows(xs[0], node.attrs, -np.inf, (int(out[2]), int(out[3])))
-        return [np.nanmax(win, axis=(4, 5)).astype(xs[0].dtype)]
+        return [_pool_reduce(np.maximum, xs[0], node, -np.inf, -np.inf).astype(xs[0].dtype, copy=False)]
 
 
 @register
-class AvgPool(OpDef):
+class AvgPool(_WindowPool):
     """Mean over KHxKW windows; count_include_pad counts declared padding as zeros."""
 
     attrs = {**_POOL_ATTRS, "count_include_pad": AttrSpec("bool", False)}
 
     @staticmethod
-    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
-        return _pool_infer(types, attrs)
-
-    @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        out = node.outputs[0].type.shape
-        pad = 0.0 if node.attrs["count_include_pad"] else np.nan
-        win = pool_windows(xs[0], node.attrs, pad, (int(out[2]), int(out[3])))
-        return [np.nanmean(win, axis=(4, 5)).astype(xs[0].dtype)]
+        total = _pool_reduce(np.add, xs[0], node, 0.0, 0.0)
+        # divisor per output position: window cells inside the input (and declared pads if counted)
+        inside = np.ones((1, 1, *xs[0].shape[2:]), dtype=total.dtype)
+        total /= _pool_reduce(np.add, inside, node, 1.0 if node.attrs["count_include_pad"] else 0.0, 0.0)
+        return [total.astype(xs[0].dtype, copy=False)]
 
 
 class _GlobalPool(OpDef):

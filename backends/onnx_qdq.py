@@ -106,7 +106,18 @@ def integers(value: Value, params: QParams) -> np.ndarray:
     from qcc.sim.fakequant import apply_annotation
 
     assert value.const is not None
-    stored = apply_annotation(value.const.astype(np.float32), value.quant)
+    quant = value.quant
+    if isinstance(quant, Affine) and quant.axis == params.axis and \
+            np.array_equal(np.asarray(quant.scale, np.float32).reshape(params.scale.shape), params.scale):
+        # same scales: the annotation's integers moved to the storage's zero point (one pass)
+        zp = np.asarray(quant.zero_point).reshape(params.zero_point.shape)
+        q = quantize_affine(value.const, params.scale, zp, quant.dtype, params.axis).astype(np.int64)
+        shape = [1] * q.ndim
+        if params.axis is not None:
+            shape[params.axis] = -1
+        shift = (params.zero_point.astype(np.int64) - zp).reshape(shape if params.axis is not None else ())
+        return (q + shift).astype(params.dtype)
+    stored = apply_annotation(value.const.astype(np.float32), quant)
     return quantize_affine(stored, params.scale, params.zero_point, params.dtype, params.axis)
 
 

@@ -128,8 +128,8 @@ def activation_entry(stats: TensorStats | None, quant: QuantType, method: str,
 
 def parameter_entry(data: np.ndarray, quant: QuantType) -> dict[str, Any]:
     """Report fields of a parameter, from its exact values."""
-    x = np.asarray(data, dtype=np.float64)
-    q = apply_annotation(np.asarray(data), quant).astype(np.float64)
+    x = np.asarray(data)
+    err = apply_annotation(x, quant) - x  # in x's precision: the sums below are float64
     entry: dict[str, Any] = {"observed": [float(x.min()), float(x.max())] if x.size else [0.0, 0.0]}
     if isinstance(quant, Affine):
         entry["scale"] = [float(s) for s in quant.scale] if quant.axis is not None else float(quant.scale[0])
@@ -142,21 +142,22 @@ def parameter_entry(data: np.ndarray, quant: QuantType) -> dict[str, Any]:
         qmin, qmax = fixed_bounds(quant.bits)
         step = math.ldexp(1.0, -quant.frac)
         entry["range"] = [qmin * step, qmax * step]
-    half = 0.5 * _steps(quant, x.shape) * (1.0 + 1e-6)
-    entry["clip_fraction"] = float(np.mean(np.abs(q - x) > half)) if x.size else 0.0
-    entry["sqnr_db"] = _db(float(np.sum(x * x)), float(np.sum((q - x) ** 2)))
+    half = 0.5 * _steps(quant, x.ndim) * (1.0 + 1e-6)
+    entry["clip_fraction"] = float(np.count_nonzero(np.abs(err) > half)) / x.size if x.size else 0.0
+    entry["sqnr_db"] = _db(float(np.sum(np.square(x), dtype=np.float64)),
+                           float(np.sum(np.square(err, dtype=np.float64), dtype=np.float64)))
     return entry
 
 
-def _steps(quant: QuantType, shape: tuple[int, ...]) -> np.ndarray:
-    """The quantization step of every element (per channel for per-channel affine)."""
+def _steps(quant: QuantType, ndim: int) -> np.ndarray:
+    """The quantization step, broadcastable to the parameter (per channel for per-channel affine)."""
     if isinstance(quant, FixedPoint):
-        return np.full(shape, math.ldexp(1.0, -quant.frac))
+        return np.array(math.ldexp(1.0, -quant.frac))
     if isinstance(quant, Affine):
         s = np.asarray(quant.scale, dtype=np.float64)
         if quant.axis is None:
-            return np.full(shape, s[0])
-        view = [1] * len(shape)
+            return s[:1].reshape(())
+        view = [1] * ndim
         view[quant.axis] = -1
-        return np.broadcast_to(s.reshape(view), shape)
-    return np.full(shape, np.inf)
+        return s.reshape(view)
+    return np.array(np.inf)

@@ -103,7 +103,7 @@ class QuantizeAffine(Pass):
         if self.method == "mse":
             return choose_range(stats, "mse", dtype=dtype, symmetric=self.symmetric)
         if self.method == "entropy":
-            return choose_range(without_zeros(stats), "entropy")
+            return choose_range(without_zeros(stats), "entropy", dtype=dtype, symmetric=self.symmetric)
         return choose_range(stats, self.method)
 
     def _annotate_class(self, members: list[Value], calib: Calibration, graph: Graph) -> None:

@@ -98,25 +98,84 @@ def percentile(
     return _finish(stats, max(lo, stats.min), min(hi, stats.max))
 
 
-def entropy(stats: TensorStats, num_quantized_bins: int = 128) -> tuple[float, float]:
-    """TensorRT's KL-divergence threshold on the |x| histogram (128 target bins for int8).
+_FIRST_BATCH = 4
+"""KL candidates scored for squared error at once, best KL first (then 4x more each round)."""
 
-    Candidates keep i = num_quantized_bins .. used bins; the first minimum wins. As in TensorRT,
-    a threshold whose last kept bin is empty while values lie beyond it scores inf (no smoothing,
-    unlike MXNet/ORT). With fewer used bins than target bins the histogram cannot resolve the
-    grid: no clipping.
+
+def _range_errors(
+    stats: TensorStats,
+    candidates: list[tuple[float, float]],
+    dtype: str,
+    symmetric: bool,
+    reduce_range: bool,
+) -> np.ndarray:
+    """Expected squared error on the histogram of each candidate range, quantized with the exact
+    scale and zero point affine_params gives it."""
+    qmin, qmax = qrange(dtype, symmetric, reduce_range)
+    params = [
+        affine_params(lo, hi, dtype, symmetric, reduce_range, stats.name) for lo, hi in candidates
+    ]
+    step = np.array([s for s, _ in params])
+    zp = np.array([z for _, z in params], dtype=np.float64)
+    return expected_sq_error(stats, step, step * (qmax - zp), step * (zp - qmin))
+
+
+def entropy(
+    stats: TensorStats,
+    num_quantized_bins: int | None = None,
+    dtype: str = "int8",
+    symmetric: bool = True,
+    reduce_range: bool = False,
+) -> tuple[float, float]:
+    """TensorRT's KL-divergence threshold on the |x| histogram, among the thresholds whose
+    clipping does not cost more than it saves.
+
+    Candidates keep i = num_quantized_bins .. used bins; the lowest KL wins (the first on ties).
+    As in TensorRT, a threshold whose last kept bin is empty while values lie beyond it scores inf
+    (no smoothing, unlike MXNet/ORT). With fewer used bins than target bins the histogram cannot
+    resolve the grid: no clipping.
+
+    num_quantized_bins defaults to the grid levels the quantizer puts on [0, t]: 128 for a
+    two-sided 8-bit grid (TensorRT's int8 value), 256 when an asymmetric grid starts at 0 (uint8
+    on a ReLU output: 128 would price its rounding noise 4x too high and over-clip).
+
+    KL prices a clipped value by the mass it moves into the last kept bin, not by how far it
+    moves it, so it happily clips a sparse tail that carries much of the signal: a pooled feature
+    vector (light_densenet121's GlobalAveragePool output, 8 samples x 1024 channels: 1.4% of the
+    values above the KL threshold 55 of 124 held 31% of the energy; 13 dB). A candidate is
+    therefore admissible only if its expected squared error on the histogram (qcc.quant.histerr,
+    with the scale and zero point affine_params gives it for dtype/symmetric) is at most that of
+    the unclipped range; the unclipped range always is.
     """
-    if num_quantized_bins < 2:
+    if num_quantized_bins is not None and num_quantized_bins < 2:
         raise UsageError(f"tensor {stats.name!r}: num_quantized_bins must be >= 2")
     if (constant := _checked_stats(stats)) is not None:
         return constant
+    qmin, qmax = qrange(dtype, symmetric, reduce_range)
+    one_sided = not symmetric and stats.min >= 0.0
+    levels = num_quantized_bins or (qmax - qmin + 1 if one_sided else (qmax - qmin) // 2 + 1)
     n = stats.used_bins
-    if n <= num_quantized_bins:
-        return _clip_symmetric(stats, stats.absmax)
-    kept = np.arange(num_quantized_bins, n + 1)
-    kl = kl_divergences(stats.abs_hist()[:n], kept, num_quantized_bins)
-    t = float(kept[int(np.argmin(kl))]) * stats.bin_width
-    return _clip_symmetric(stats, min(t, stats.absmax))
+    full = _clip_symmetric(stats, stats.absmax)
+    if n <= levels:
+        return full
+    kept = np.arange(levels, n + 1)
+    kl = kl_divergences(stats.abs_hist()[:n], kept, levels)
+    order = np.argsort(kl, kind="stable")
+    order = order[np.isfinite(kl[order])]
+    quantizer = (dtype, symmetric, reduce_range)
+    limit = _range_errors(stats, [full], *quantizer)[0]
+    start, size = 0, _FIRST_BATCH
+    while start < len(order):  # usually the best KL candidate passes
+        batch = [
+            _clip_symmetric(stats, min(float(kept[j]) * stats.bin_width, stats.absmax))
+            for j in order[start : start + size]
+        ]
+        err = _range_errors(stats, batch, *quantizer)
+        ok = [i for i, (e, r) in enumerate(zip(err, batch)) if e <= limit or r == full]
+        if ok:
+            return batch[ok[0]]
+        start, size = start + size, size * 4
+    return full
 
 
 def mse(
@@ -134,7 +193,6 @@ def mse(
     """
     if (constant := _checked_stats(stats)) is not None:
         return constant
-    qmin, qmax = qrange(dtype, symmetric, reduce_range)
     alphas = np.arange(1, num_candidates + 1) / num_candidates
     candidates = []
     for alpha in alphas:
@@ -144,12 +202,7 @@ def mse(
         else:
             cand = (alpha * stats.min, alpha * stats.max)
         candidates.append(_finish(stats, *cand))
-    params = [
-        affine_params(lo, hi, dtype, symmetric, reduce_range, stats.name) for lo, hi in candidates
-    ]
-    step = np.array([s for s, _ in params])
-    zp = np.array([z for _, z in params], dtype=np.float64)
-    err = expected_sq_error(stats, step, step * (qmax - zp), step * (zp - qmin))
+    err = _range_errors(stats, candidates, dtype, symmetric, reduce_range)
     best = len(err) - 1 - int(np.argmin(err[::-1]))
     return candidates[best]
 

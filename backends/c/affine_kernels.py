@@ -7,7 +7,7 @@ quantization of inputs) write one float32 operation per statement, as the fixed-
 
 from __future__ import annotations
 
-from qcc.backends.c.ctype import CType, scale_params
+from qcc.backends.c.ctype import CType
 from qcc.backends.c.kernels import KernelSet, _conv_source, _pool_loops, _sig
 
 REQ = "int32_t zx, int32_t mult, int shift, int32_t zy"
@@ -221,33 +221,3 @@ static void {name}(const {a.name} *a, const {b.name} *b, {y.name} *y, long n, co
     }}
 }}
 """, helpers)
-
-
-def softmax(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_softmax_{x.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *scale_params(x, y)]
-    return ks.kernel(name, lambda: f"""
-/* Peak, total of exp(v - peak) in index order, then quantize(exp(v - peak) / total); float32. */
-{_sig(name, params)}
-{{
-    long o, i, k;
-    for (o = 0; o < outer; ++o) {{
-        for (i = 0; i < inner; ++i) {{
-            const long base = o * axis * inner + i;
-            float peak = {x.get("x[base]", "")};
-            float total = 0.0f;
-            for (k = 0; k < axis; ++k) {{
-                const float v = {x.get("x[base + k * inner]", "")};
-                peak = v > peak ? v : peak;
-            }}
-            for (k = 0; k < axis; ++k) {{
-                total += qcc_expf({x.get("x[base + k * inner]", "")} - peak);
-            }}
-            for (k = 0; k < axis; ++k) {{
-                const float e = qcc_expf({x.get("x[base + k * inner]", "")} - peak);
-                y[base + k * inner] = {y.set("e / total", "")};
-            }}
-        }}
-    }}
-}}
-""", ("expf", "quantize"))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 from qcc.backends.c import affine_kernels as AK
+from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import CType
 from qcc.backends.c.lower import (
     VIEW_OPS,
@@ -167,7 +168,7 @@ def _softmax(lw: Lowering, node: Node) -> Step:
     shape = static_shape(x)
     axis = node.attrs["axis"] % len(shape)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
-    fn = AK.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = K.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
     step.inplace = (0,)  # each element is read for the last time where it is written
     return step

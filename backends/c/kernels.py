@@ -722,11 +722,23 @@ def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
 
 
 def softmax(ks: KernelSet, x: CType, y: CType) -> str:
-    """nnabla-c-runtime's generic Softmax: exponentials stored, read back, divided by the sum."""
+    """Peak, then exponentials and their float32 sum in index order, then each divided by the sum.
+
+    Fixed point and float: nnabla-c-runtime's generic Softmax, which stores the exponentials in
+    the output and reads them back. Affine (qcc.sim.affine_int): exp(v - peak) is recomputed for
+    the division, so only the probabilities are quantized.
+    """
     name = f"qcc_softmax_{x.suffix}_{y.suffix}"
     params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *scale_params(x, y)]
-    yinv = "(1.0f / yscale)"
-    deps = ("expf", *y.setter)
+    xv = x.get("x[base + k * inner]", "xinv")
+    if y.affine is not None:
+        total = f"total += qcc_expf({xv} - peak);"
+        final = f"const float e = qcc_expf({xv} - peak);\n                y[base + k * inner] = {y.set('e / total', '')};"
+    else:
+        total = (f"const float e = qcc_expf({xv} - peak);\n                y[base + k * inner] = {y.set('e', 'yscale')};"
+                 "\n                total = total + e;")
+        final = (f"const float v = {y.get('y[base + k * inner]', '(1.0f / yscale)')} / total;"
+                 f"\n                y[base + k * inner] = {y.set('v', 'yscale')};")
     return ks.kernel(name, lambda: f"""
 {_sig(name, params)}
 {{
@@ -737,22 +749,19 @@ def softmax(ks: KernelSet, x: CType, y: CType) -> str:
             float peak = {x.get("x[base]", "xinv")};
             float total = 0.0f;
             for (k = 0; k < axis; ++k) {{
-                const float v = {x.get("x[base + k * inner]", "xinv")};
+                const float v = {xv};
                 peak = v > peak ? v : peak;
             }}
             for (k = 0; k < axis; ++k) {{
-                const float e = qcc_expf({x.get("x[base + k * inner]", "xinv")} - peak);
-                y[base + k * inner] = {y.set("e", "yscale")};
-                total = total + e;
+                {total}
             }}
             for (k = 0; k < axis; ++k) {{
-                const float v = {y.get("y[base + k * inner]", yinv)} / total;
-                y[base + k * inner] = {y.set("v", "yscale")};
+                {final}
             }}
         }}
     }}
 }}
-""", deps)
+""", ("expf", *y.setter))
 
 
 def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:

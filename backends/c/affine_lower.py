@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import numpy as np
 from qcc.backends.c import affine_kernels as AK
-from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import CType
 from qcc.backends.c.lower import (
     VIEW_OPS,
@@ -23,6 +22,7 @@ from qcc.backends.c.lower import (
     _bcast,
     conv_params,
     lower_batchnorm,
+    lower_softmax,
     numel,
     perm_params,
     pool_params,
@@ -163,20 +163,9 @@ def _binary(lw: Lowering, node: Node) -> Step:
     return step
 
 
-def _softmax(lw: Lowering, node: Node) -> Step:
-    x, y = node.input(0), node.outputs[0]
-    shape = static_shape(x)
-    axis = node.attrs["axis"] % len(shape)
-    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
-    fn = K.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
-    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
-    step.inplace = (0,)  # each element is read for the last time where it is written
-    return step
-
-
 AFFINE_LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
-    "GlobalMaxPool": _pool, "Concat": _concat, "Transpose": _transpose, "Softmax": _softmax,
+    "GlobalMaxPool": _pool, "Concat": _concat, "Transpose": _transpose, "Softmax": lower_softmax,
     "BatchNorm": lower_batchnorm, **{op: _binary for op in AK.BINARY}, **{op: _view for op in VIEW_OPS},
 }
 

@@ -360,7 +360,7 @@ def _flt(value: float) -> str:
     return f"{text}f"
 
 
-def _softmax(lw: Lowering, node: Node) -> Step:
+def lower_softmax(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     shape = static_shape(x)
     axis = node.attrs["axis"] % len(shape)
@@ -511,7 +511,7 @@ def _float_only(fn: Callable[[Lowering, Node], Step]) -> Callable[[Lowering, Nod
 
 LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
-    "GlobalMaxPool": _pool, "Softmax": _softmax, "BatchNorm": lower_batchnorm, "Concat": _concat,
+    "GlobalMaxPool": _pool, "Softmax": lower_softmax, "BatchNorm": lower_batchnorm, "Concat": _concat,
     "Transpose": _transpose, "LRN": _lrn,
     **{op: _unary for op in K.UNARY},
     **{op: _binary for op in K.BINARY_F32},

@@ -124,62 +124,6 @@ static void {name}(const {x.name} *x, {y.name} *y, long n, const {y.name} *t)
 """)
 
 
-def requant(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_requant_{x.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *x, {y.name} *y, long n, {REQ})
-{{
-    long i;
-    for (i = 0; i < n; ++i) {{
-        y[i] = {_requant(y, "x[i]")};
-    }}
-}}
-""", ("requant",))
-
-
-def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_concat_{x.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: f"""
-/* One input of a Concat: `outer` rows of `inner` elements into rows of `total` at `offset`. */
-static void {name}(const {x.name} *x, {y.name} *y, long outer, long inner, long total, long offset, {REQ})
-{{
-    long j, k;
-    for (j = 0; j < outer; ++j) {{
-        for (k = 0; k < inner; ++k) {{
-            y[j * total + offset + k] = {_requant(y, "x[j * inner + k]")};
-        }}
-    }}
-}}
-""", ("requant",))
-
-
-def transpose(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *x, {y.name} *y, const qcc_perm_t *p, {REQ})
-{{
-    long idx[QCC_MAX_RANK] = {{0}};
-    long total = 1;
-    long i, src = 0;
-    int d;
-    for (d = 0; d < p->rank; ++d) {{
-        total *= p->shape[d];
-    }}
-    for (i = 0; i < total; ++i) {{
-        y[i] = {_requant(y, "x[src]")};
-        for (d = p->rank - 1; d >= 0; --d) {{
-            src += p->stride[d];
-            if (++idx[d] < p->shape[d]) {{
-                break;
-            }}
-            src -= p->stride[d] * p->shape[d];
-            idx[d] = 0;
-        }}
-    }}
-}}
-""", ("perm", "requant"))
-
-
 BINARY = {
     # op: (extra parameters, element expression from av, bv)
     "Add": ("int32_t za, int32_t zb, int64_t ma, int64_t mb, int shift, int32_t zy",

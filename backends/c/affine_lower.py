@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 from qcc.backends.c import affine_kernels as AK
+from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import CType
 from qcc.backends.c.lower import (
     VIEW_OPS,
@@ -114,7 +115,7 @@ def _view(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     if x.quant == y.quant:
         return Step(node, alias=True)
-    fn = AK.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), *_req(x, y)))])
     step.inplace = (0,) if x.const is None else ()
     return step
@@ -122,7 +123,7 @@ def _view(lw: Lowering, node: Node) -> Step:
 
 def _transpose(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
-    fn = AK.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = K.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), perm_params(lw, node), *_req(x, y)))])
 
 
@@ -135,7 +136,7 @@ def _concat(lw: Lowering, node: Node) -> Step:
     for value in node.inputs:
         assert value is not None
         inner = int(np.prod(static_shape(value)[axis:]))
-        fn = AK.concat_part(lw.kernels, lw.ctype(value), lw.ctype(y))
+        fn = K.concat_part(lw.kernels, lw.ctype(value), lw.ctype(y))
         calls.append(Call(fn, (lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset),
                                *_req(value, y))))
         offset += inner

@@ -566,17 +566,19 @@ static void {name}(const {x.name} *q, float *y, long n, float xinv)
 
 
 def requant(ks: KernelSet, x: CType, y: CType) -> str:
-    """Views with a new position, Quantize: truncate when the position drops, saturate."""
+    """Views with a new annotation, Quantize: requantize every element (see _convert)."""
     name = f"qcc_requant_{x.suffix}_{y.suffix}"
+    value, helpers, extra = _convert(x, y, "x[i]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *extra]
     return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *x, {y.name} *y, long n, int shift)
+{_sig(name, params)}
 {{
     long i;
     for (i = 0; i < n; ++i) {{
-        y[i] = ({y.name})qcc_sat(qcc_shift(x[i], shift), {y.lo}, {y.hi});
+        y[i] = {value};
     }}
 }}
-""", ("sat", "shift"))
+""", helpers)
 
 
 def relu_fixed(ks: KernelSet, t: CType) -> str:
@@ -790,18 +792,24 @@ def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
 """, deps)
 
 
-def _convert(x: CType, y: CType, expr: str) -> tuple[str, tuple[str, ...]]:
-    """Copying one element between types: requantization between positions, or a plain copy."""
+def _convert(x: CType, y: CType, expr: str) -> tuple[str, tuple[str, ...], list[str]]:
+    """Copying one element between types: (expression, helpers, kernel parameters it reads).
+
+    Fixed point: requantization between positions (truncation, saturation); affine: requantization
+    between scales and zero points (qcc.sim.affine_int); float: a plain copy.
+    """
+    if y.affine is not None:
+        return (f"({y.name})qcc_requant((int64_t)({expr}) - zx, mult, shift, zy, {y.lo}, {y.hi})", ("requant",),
+                ["int32_t zx", "int32_t mult", "int shift", "int32_t zy"])
     if x.is_int and y.is_int:
-        return f"({y.name})qcc_sat(qcc_shift({expr}, shift), {y.lo}, {y.hi})", ("sat", "shift")
-    return expr, ()
+        return f"({y.name})qcc_sat(qcc_shift({expr}, shift), {y.lo}, {y.hi})", ("sat", "shift"), ["int shift"]
+    return expr, (), []
 
 
 def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
     name = f"qcc_concat_{x.suffix}_{y.suffix}"
-    value, helpers = _convert(x, y, "x[j * inner + k]")
-    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long inner", "long total", "long offset"]
-    params += ["int shift"] if x.is_int else []
+    value, helpers, extra = _convert(x, y, "x[j * inner + k]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long inner", "long total", "long offset", *extra]
     return ks.kernel(name, lambda: f"""
 /* One input of a Concat: `outer` rows of `inner` elements into rows of `total` at `offset`. */
 {_sig(name, params)}
@@ -818,8 +826,8 @@ def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
 
 def transpose(ks: KernelSet, x: CType, y: CType) -> str:
     name = f"qcc_transpose_{x.suffix}_{y.suffix}"
-    value, helpers = _convert(x, y, "x[src]")
-    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p"] + (["int shift"] if x.is_int else [])
+    value, helpers, extra = _convert(x, y, "x[src]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *extra]
     return ks.kernel(name, lambda: f"""
 {_sig(name, params)}
 {{

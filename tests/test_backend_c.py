@@ -332,16 +332,22 @@ def test_squeezenet_float_matches_onnxruntime(tmp_path: Path) -> None:
     assert_close_to(ref, got)
 
 
-def test_squeezenet_fixed8_is_bit_exact(tmp_path: Path) -> None:
+def quantized_squeezenet(tmp_path: Path, out: Path, scheme: str) -> tuple[Path, str, Model, np.random.Generator]:
+    """light SqueezeNet compiled with 4 random calibration samples; its logits added as an output
+    (the softmax alone saturates). Returns the source file, input name, model and the rng."""
     src = tmp_path / "squeezenet.onnx"
     src.write_bytes(randomized_bytes("squeezenet"))
     rng = np.random.default_rng(2)
     name = qcc.driver.load(str(src)).graph.inputs[0].name
     np.savez(tmp_path / "calib.npz", **{name: rng.standard_normal((4, 3, 224, 224)).astype(np.float32)})
-    model, _ = qcc.driver.compile(str(src), tmp_path / "first", quantize="fixed8",
-                                  calib=str(tmp_path / "calib.npz"))
+    model, _ = qcc.driver.compile(str(src), out, quantize=scheme, calib=str(tmp_path / "calib.npz"))
     softmax = next(n for n in model.graph.nodes if n.op == "Softmax")
-    model.graph.outputs.append(softmax.input(0))  # the logits too: the softmax alone saturates
+    model.graph.outputs.append(softmax.input(0))
+    return src, name, model, rng
+
+
+def test_squeezenet_fixed8_is_bit_exact(tmp_path: Path) -> None:
+    _, name, model, rng = quantized_squeezenet(tmp_path, tmp_path / "first", "fixed8")
     exe = build(model, tmp_path / "squeeze8", sanitize=False)
     x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
     got = run_c(exe, x, 2000)

@@ -22,7 +22,13 @@ from qcc.ir.types import Affine, TensorType
 from qcc.pm import PassContext, PassManager, build_passes
 from qcc.sim.affine_int import common_params, requant_params, rshift, run_affine_int
 from qcc.sim.interpreter import run_model
-from tests.test_backend_c import assert_no_heap_vla_or_recursion, build, coverage_model, run_c
+from tests.test_backend_c import (
+    assert_no_heap_vla_or_recursion,
+    build,
+    coverage_model,
+    quantized_squeezenet,
+    run_c,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -151,17 +157,9 @@ def test_overflowing_accumulator_and_mixed_models_are_refused(tmp_path: Path) ->
 
 
 def test_squeezenet_int8_is_bit_exact_and_agrees_with_onnxruntime_qdq(tmp_path: Path) -> None:
-    from tests.onnx_zoo import ort_run, randomized_bytes
+    from tests.onnx_zoo import ort_run
 
-    src = tmp_path / "squeezenet.onnx"
-    src.write_bytes(randomized_bytes("squeezenet"))
-    rng = np.random.default_rng(2)
-    name = qcc.driver.load(str(src)).graph.inputs[0].name
-    np.savez(tmp_path / "calib.npz", **{name: rng.standard_normal((4, 3, 224, 224)).astype(np.float32)})
-    model, _ = qcc.driver.compile(str(src), tmp_path / "qdq.onnx", target="onnx-qdq", quantize="int8",
-                                  calib=str(tmp_path / "calib.npz"))
-    softmax = next(n for n in model.graph.nodes if n.op == "Softmax")
-    model.graph.outputs.append(softmax.input(0))  # the logits too: the softmax alone saturates
+    src, name, model, rng = quantized_squeezenet(tmp_path, tmp_path / "qdq.onnx", "int8")
     exe = build(model, tmp_path / "squeeze_i8", sanitize=False)
     x = rng.standard_normal((2, 3, 224, 224)).astype(np.float32)
     got = run_c(exe, x, 2000)

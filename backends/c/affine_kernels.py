@@ -10,13 +10,6 @@ from __future__ import annotations
 from qcc.backends.c.ctype import CType
 from qcc.backends.c.kernels import KernelSet, _conv_source, _pool_loops, _sig
 
-REQ = "int32_t zx, int32_t mult, int shift, int32_t zy"
-"""The requantization parameters of a one-input kernel."""
-
-
-def _requant(y: CType, value: str, zx: str = "zx", mult: str = "mult", shift: str = "shift") -> str:
-    return f"({y.name})qcc_requant((int64_t)({value}) - {zx}, {mult}, {shift}, zy, {y.lo}, {y.hi})"
-
 
 def quantize_input(ks: KernelSet, y: CType) -> str:
     name = f"qcc_quantize_{y.suffix}"
@@ -73,23 +66,6 @@ def dense(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
     }}
 }}
 """, ("requant",))
-
-
-def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_maxpool_{x.suffix}_{y.suffix}"
-    body = f"""
-                    m = x[plane * p->h * p->w + (long)hs * p->w + ws];
-                    for (iy = hs; iy < he; ++iy) {{
-                        for (ix = ws; ix < we; ++ix) {{
-                            const int32_t v = x[plane * p->h * p->w + (long)iy * p->w + ix];
-                            m = v > m ? v : m;
-                        }}
-                    }}
-                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = {_requant(y, "m")};"""
-    params = f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, {REQ}"
-    decls = "\n                    int32_t m;"
-    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "max"),
-                     ("pool_t", "requant"))
 
 
 def avgpool(ks: KernelSet, x: CType, y: CType) -> str:

@@ -63,38 +63,39 @@ def _req(x: Value, y: Value) -> list[str]:
 # ---------------------------------------------------------------- per-op lowerings
 
 
+def _layer_arrays(lw: Lowering, node: Node, transpose: bool = False) -> tuple[CType, str, str, str, str]:
+    """A Conv/Dense's weight element type and its arrays: weights (Dense's transposed to (out, in)),
+    bias, multipliers, shifts."""
+    li = ai.layer_ints(node)
+    weights = li.weights.T if transpose else li.weights
+    w, wt = int_array(lw, weights, f"qcc_w_{node.name}",
+                      f"{node.input(1).name} minus its zero point" + (", transposed (out, in)" if transpose else ""))
+    return (wt, w, i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale"),
+            i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
+            i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
+
+
 def _conv(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
-    ai.accumulator_bound(node)
-    w, wt = int_array(lw, ai.weight_ints(node), f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point")
-    bias = i32(lw, ai.bias_ints(node), f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
-    m, s = ai.output_params(node)
-    mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
-    shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
+    wt, w, bias, mult, shift = _layer_arrays(lw, node)
     fn = AK.conv(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_params(lw, node), zp(x), mult, shift, zp(y)))])
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
-    ai.accumulator_bound(node)
     n, k = static_shape(x)
-    cols = static_shape(y)[1]
-    w, wt = int_array(lw, ai.weight_ints(node).T, f"qcc_wt_{node.name}",
-                      f"{node.input(1).name} minus its zero point, transposed (out, in)")
-    bias = i32(lw, ai.bias_ints(node), f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
-    m, s = ai.output_params(node)
-    mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
-    shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
+    wt, w, bias, mult, shift = _layer_arrays(lw, node, transpose=True)
     fn = AK.dense(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
-    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), str(n), str(k), str(cols), zp(x), mult, shift, zp(y)))])
+    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), str(n), str(k), str(static_shape(y)[1]), zp(x), mult,
+                                 shift, zp(y)))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     params, window = pool_params(lw, node)
     if node.op in ("MaxPool", "GlobalMaxPool"):
-        fn = AK.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
+        fn = K.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
         return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *_req(x, y)))])
     m, s = ai.count_params(node, window)
     mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")

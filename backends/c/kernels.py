@@ -634,12 +634,12 @@ def _pool_loops(body: str, decls: str, kind: str) -> str:
 """
 
 
-def maxpool(ks: KernelSet, t: CType) -> str:
-    name = f"qcc_maxpool_{t.suffix}"
-    acc = "float" if not t.is_int else "int32_t"
-    store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = "
-    store += f"({t.name})qcc_sat(qcc_shift(m, shift), {t.lo}, {t.hi});" if t.is_int else "m;"
-    params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p" + (", int shift" if t.is_int else "")
+def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
+    """Max over the window, then the element copy of `_convert` (requantization is monotone)."""
+    name = f"qcc_maxpool_{x.suffix}" + ("" if x.suffix == y.suffix else f"_{y.suffix}")
+    acc = "float" if not x.is_int else "int32_t"
+    store, helpers, extra = _convert(x, y, "m")
+    params = ", ".join([f"const {x.name} *x", f"{y.name} *y", "const qcc_pool_t *p", *extra])
     body = f"""
                     m = x[plane * p->h * p->w + (long)hs * p->w + ws];
                     for (iy = hs; iy < he; ++iy) {{
@@ -648,10 +648,10 @@ def maxpool(ks: KernelSet, t: CType) -> str:
                             m = v > m ? v : m;
                         }}
                     }}
-                    {store}"""
+                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = {store};"""
     decls = f"\n                    {acc} m;"
-    helpers = ("pool_t", "sat", "shift") if t.is_int else ("pool_t",)
-    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "max"), helpers)
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + _pool_loops(body, decls, "max"),
+                     ("pool_t", *helpers))
 
 
 def avgpool(ks: KernelSet, t: CType) -> str:

@@ -320,10 +320,11 @@ def _pool(lw: Lowering, node: Node) -> Step:
     params, _ = pool_params(lw, node)
     average = node.op in ("AvgPool", "GlobalAvgPool")
     if lw.mode == "float":
-        fn = (K.avgpool if average else K.maxpool)(lw.kernels, FLOAT)
+        fn = K.avgpool(lw.kernels, FLOAT) if average else K.maxpool(lw.kernels, FLOAT, FLOAT)
         return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
     lw.require_dedicated(node)
-    fn = (K.avgpool if average else K.maxpool)(lw.kernels, lw.ctype(x))
+    cx = lw.ctype(x)
+    fn = K.avgpool(lw.kernels, cx) if average else K.maxpool(lw.kernels, cx, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, lw.shift(node, lw.frac(x) - lw.frac(y))))])
 
 

@@ -12,7 +12,7 @@ exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit fo
   m in [2**30, 2**31) (s <= 62; `requant_params`); y = sat(zp_y + rshift(v * m, s)), where
   rshift rounds half away from zero. Ops with several inputs share one shift (`common_params`).
 - Conv/Dense: int32 accumulator sum((qx - zx) * (qw - zw)) + bias, with the bias requantized to
-  the accumulator scale sx * sw[c]; `accumulator_bound` refuses models whose sums could overflow
+  the accumulator scale sx * sw[c]; `layer_ints` refuses models whose sums could overflow
   int32. Per-channel multipliers M[c] = sx * sw[c] / sy.
 - MaxPool: max of stored values (requantization is monotone) then requant; AvgPool: the sum of
   (q - zx) over the window, requantized by sx / (sy * count), one multiplier per count.
@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qcc.errors import UnsupportedError
@@ -206,25 +207,37 @@ def bias_ints(node: Node) -> np.ndarray:
     return acc.astype(np.int64)
 
 
-def accumulator_bound(node: Node) -> None:
+def _check_accumulator(node: Node, weights: np.ndarray, bias: np.ndarray) -> None:
     """Refuse a Conv/Dense whose int32 accumulator could overflow (target c sums in int32)."""
-    w = weight_ints(node)
     x_lo, x_hi = bounds(node.input(0))
     zx = act(node.input(0))[1]
     span = max(abs(x_lo - zx), abs(x_hi - zx))
     axis = WEIGHT_AXIS[node.op]
-    per_out = np.abs(w).sum(axis=tuple(i for i in range(w.ndim) if i != axis))
-    worst = int(per_out.max(initial=0)) * span + int(np.abs(bias_ints(node)).max(initial=0))
+    per_out = np.abs(weights).sum(axis=tuple(i for i in range(weights.ndim) if i != axis))
+    worst = int(per_out.max(initial=0)) * span + int(np.abs(bias).max(initial=0))
     if worst > ACC_LIMIT:
         raise UnsupportedError(f"affine integer mode: node {node.name!r} ({node.op}) could overflow its int32 "
                                f"accumulator (worst case {worst})")
 
 
-def output_params(node: Node) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel (m, s) of a Conv/Dense: M[c] = sx * sw[c] / sy."""
+@attrs.frozen
+class LayerInts:
+    """What a Conv/Dense computes with: centered weights, accumulator bias, per-channel (m, s)."""
+
+    weights: np.ndarray
+    bias: np.ndarray
+    mult: np.ndarray
+    shift: np.ndarray
+
+
+def layer_ints(node: Node) -> LayerInts:
+    """The integers of a Conv/Dense, computed once; refuses sums that could overflow int32."""
+    weights, bias = weight_ints(node), bias_ints(node)
+    _check_accumulator(node, weights, bias)
     sy = act(node.outputs[0])[0]
     pairs = [requant_params(float(x)) for x in accumulator_scales(node) / sy]
-    return np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64)
+    return LayerInts(weights, bias, np.array([p[0] for p in pairs], dtype=np.int64),
+                     np.array([p[1] for p in pairs], dtype=np.int64))
 
 
 def pass_params(x: Value, y: Value) -> tuple[int, int]:
@@ -260,20 +273,18 @@ def count_params(node: Node, max_count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    accumulator_bound(node)
+    li = layer_ints(node)
     x = centered(node.input(0), args[0]).astype(np.float64)
-    acc = conv2d(x, weight_ints(node).astype(np.float64), None, node.attrs, accumulate=np.float64)
-    acc = np.rint(acc).astype(np.int64) + bias_ints(node).reshape(1, -1, 1, 1)  # exact: |sum| < 2**31
-    m, s = output_params(node)
-    return [requantize(acc, m.reshape(1, -1, 1, 1), s.reshape(1, -1, 1, 1), node.outputs[0])]
+    acc = conv2d(x, li.weights.astype(np.float64), None, node.attrs, accumulate=np.float64)
+    acc = np.rint(acc).astype(np.int64) + li.bias.reshape(1, -1, 1, 1)  # exact: |sum| < 2**31
+    return [requantize(acc, li.mult.reshape(1, -1, 1, 1), li.shift.reshape(1, -1, 1, 1), node.outputs[0])]
 
 
 def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    accumulator_bound(node)
+    li = layer_ints(node)
     x = centered(node.input(0), args[0]).astype(np.float64)
-    acc = np.rint(x @ weight_ints(node).astype(np.float64)).astype(np.int64) + bias_ints(node).reshape(1, -1)
-    m, s = output_params(node)
-    return [requantize(acc, m.reshape(1, -1), s.reshape(1, -1), node.outputs[0])]
+    acc = np.rint(x @ li.weights.astype(np.float64)).astype(np.int64) + li.bias.reshape(1, -1)
+    return [requantize(acc, li.mult.reshape(1, -1), li.shift.reshape(1, -1), node.outputs[0])]
 
 
 def maxpool_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:

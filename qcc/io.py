@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,3 +147,63 @@ def quiet_native_stderr() -> Iterator[None]:
                 os.dup2(saved, 2)
     finally:
         os.close(saved)
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file",
+                      offset: int = 0, length: int | None = None) -> bytes:
+    """The bytes of a regular file, never more than `max_bytes`.
+
+    Opened non-blocking (a FIFO cannot hang the open) and checked with fstat on the open handle,
+    so a symlink to /dev/zero, a device, a FIFO or a directory is refused, not read until memory
+    runs out. The limit applies to what is read, not only to st_size, so a file that grows while
+    it is read cannot exceed it either.
+    """
+    from qcc.errors import InvalidInputError
+
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InvalidInputError(f"{name}: cannot read {what}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInputError(f"{name}: {what} is not a regular file (a device, FIFO, socket or directory)")
+        want = info.st_size - offset if length is None else length
+        if offset < 0 or want < 0 or offset + want > info.st_size:
+            raise InvalidInputError(f"{name}: {what}: bytes {offset}..{offset + want} lie outside the file "
+                                    f"({info.st_size} bytes)")
+        if want > max_bytes:
+            raise InvalidInputError(f"{name}: {what} of {want} bytes is over the {max_bytes}-byte limit")
+        chunks: list[bytes] = []
+        got = 0
+        os.lseek(fd, offset, os.SEEK_SET)
+        while got < want:
+            chunk = os.read(fd, min(1 << 24, want - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got != want:
+            raise InvalidInputError(f"{name}: {what} ended after {got} of {want} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def require_regular_file(path: str | os.PathLike[str], what: str = "file") -> int:
+    """Refuse a path that is not a regular file (after symlinks) before anything opens it; its size.
+
+    For readers that open the path themselves (zipfile, h5py): a FIFO would block their open and
+    a device would be read without end.
+    """
+    from qcc.errors import InvalidInputError
+
+    name = os.fspath(path)
+    try:
+        info = os.stat(name)
+    except OSError as exc:
+        raise InvalidInputError(f"{name}: cannot read {what}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidInputError(f"{name}: {what} is not a regular file (a device, FIFO, socket or directory)")
+    return info.st_size

@@ -13,6 +13,7 @@ import io
 import os
 import posixpath
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from qcc import archive, limits
 from qcc.errors import InvalidInputError
-from qcc.io import quiet_native_stderr
+from qcc.io import quiet_native_stderr, read_regular_file, require_regular_file
 
 NETWORK_EXTS = (".nntxt", ".prototxt")
 PARAM_EXTS = (".h5", ".protobuf")
@@ -34,6 +35,28 @@ class NnpContents:
     proto: Any
     params: dict[str, np.ndarray]
     members: list[str]
+
+
+@attrs.define
+class ParamBudget:
+    """The running total of parameter bytes over every member and dataset of one archive."""
+
+    source: str
+    total: int = 0
+    objects: int = 0
+
+    def add(self, nbytes: int, where: str) -> None:
+        self.total += nbytes
+        limit = limits.current().max_parameter_bytes
+        if self.total > limit:
+            raise InvalidInputError(f"{where}: parameters add up to {self.total} bytes, over the limit of {limit} "
+                                    "(raise it with --limit max_parameter_bytes=N)")
+
+    def count_object(self, where: str) -> None:
+        self.objects += 1
+        limit = limits.current().max_archive_members * 10
+        if self.objects > limit:
+            raise InvalidInputError(f"{where}: more than {limit} HDF5 objects")
 
 
 def _read_members(path: Path, max_members: int, max_total: int) -> dict[str, bytes]:
@@ -66,25 +89,45 @@ def _merge_binary(proto: Any, data: bytes, where: str) -> None:
         raise InvalidInputError(f"{where}: corrupt protobuf: {exc}") from None
 
 
-def _h5_params(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """Datasets of an nnabla parameter .h5, in nnabla's saved order (the 'index' attribute)."""
+def _h5_params(data: bytes, where: str, budget: ParamBudget) -> dict[str, np.ndarray]:
+    """Datasets of an nnabla parameter .h5, in nnabla's saved order (the 'index' attribute).
+
+    Only the archive member's own bytes are read. HDF5 can point outside a file in three ways,
+    each refused before any data is read: external links, datasets with external raw storage
+    (`external=[(path, offset, size)]`, resolved against the current directory), and virtual
+    datasets (mapped from other files). Soft links are refused too (nnabla never writes them),
+    and hard-link cycles are walked once.
+    """
     import h5py
 
     found: list[tuple[int, str, np.ndarray]] = []
-
-    def visit(name: str, obj: Any) -> None:
-        if not isinstance(obj, h5py.Dataset):
-            return
-        if obj.dtype.kind not in "fiub":  # no strings, references, compounds or object data
-            raise InvalidInputError(f"{where}: parameter {name!r} has dtype {obj.dtype}")
-        # the declared shape is checked before reading: a chunked, compressed dataset can be a bomb
-        limits.check_tensor(int(np.prod(obj.shape, dtype=np.float64)), obj.dtype.itemsize, f"parameter {name!r}", where)
-        index = obj.attrs.get("index", len(found))
-        found.append((int(index) if np.ndim(index) == 0 else len(found), name, np.asarray(obj[...])))
-
     try:
         with h5py.File(io.BytesIO(data), "r") as handle:
-            handle.visititems(visit)
+            seen: set[int] = set()
+            stack: list[tuple[str, Iterator[str], Any]] = [("", iter(list(handle)), handle)]
+            while stack:  # depth first, in the file's name order (what h5py's visititems does)
+                prefix, keys, group = stack[-1]
+                key = next(keys, None)
+                if key is None:
+                    stack.pop()
+                    continue
+                name = f"{prefix}{key}"
+                link = group.get(key, getlink=True)
+                if not isinstance(link, h5py.HardLink):
+                    raise InvalidInputError(f"{where}: {name!r} is an HDF5 {type(link).__name__}; parameters "
+                                            "must be stored in the archive itself")
+                obj = group[key]
+                address = h5py.h5o.get_info(obj.id).addr
+                if address in seen:
+                    continue
+                seen.add(address)
+                budget.count_object(where)
+                if isinstance(obj, h5py.Group):
+                    stack.append((name + "/", iter(list(obj)), obj))
+                elif isinstance(obj, h5py.Dataset):
+                    budget.add(_check_dataset(obj, name, where), where)
+                    index = obj.attrs.get("index", len(found))
+                    found.append((int(index) if np.ndim(index) == 0 else len(found), name, np.asarray(obj[...])))
     except InvalidInputError:
         raise
     except Exception as exc:  # libhdf5 reports a corrupt file with many exception types
@@ -92,13 +135,31 @@ def _h5_params(data: bytes, where: str) -> dict[str, np.ndarray]:
     return {name: array for _, name, array in sorted(found, key=lambda t: t[0])}
 
 
-def _proto_params(proto: Any, where: str) -> dict[str, np.ndarray]:
+def _check_dataset(obj: Any, name: str, where: str) -> int:
+    """Refuse a dataset that would read outside the archive or over the limits; its byte count."""
+    if obj.external:
+        raise InvalidInputError(f"{where}: parameter {name!r} keeps its data in an external file "
+                                f"({str(obj.external[0][0])[:80]!r}); only the archive's own bytes are read")
+    if obj.is_virtual:
+        raise InvalidInputError(f"{where}: parameter {name!r} is an HDF5 virtual dataset (mapped from other "
+                                "files); only the archive's own bytes are read")
+    if obj.dtype.kind not in "fiub":  # no strings, references, compounds or object data
+        raise InvalidInputError(f"{where}: parameter {name!r} has dtype {obj.dtype}")
+    # the declared shape is checked before reading: a chunked, compressed dataset can be a bomb
+    count = int(np.prod(obj.shape, dtype=np.float64))
+    limits.check_tensor(count, obj.dtype.itemsize, f"parameter {name!r}", where)
+    return count * obj.dtype.itemsize
+
+
+def _proto_params(proto: Any, where: str, budget: ParamBudget) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for p in proto.parameter:
         shape = tuple(int(d) for d in p.shape.dim)
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{where}: parameter {p.variable_name!r} has a negative dimension in {shape}")
-        limits.check_tensor(int(np.prod(shape, dtype=np.float64)), 4, f"parameter {p.variable_name!r}", where)
+        count = int(np.prod(shape, dtype=np.float64))
+        limits.check_tensor(count, 4, f"parameter {p.variable_name!r}", where)
+        budget.add(count * 4, where)
         data = np.asarray(p.data, dtype=np.float32)
         if data.size != int(np.prod(shape, dtype=np.int64)):
             raise InvalidInputError(
@@ -121,13 +182,13 @@ def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
     source = Path(path)
     proto = nnabla_pb2.NNablaProtoBuf()
     params: dict[str, np.ndarray] = {}
+    require_regular_file(source, "model")
     if source.suffix.lower() in NETWORK_EXTS and not zipfile.is_zipfile(source):
-        if source.stat().st_size > max_total_bytes:
-            raise InvalidInputError(f"{source}: file is larger than {max_total_bytes} bytes")
-        _merge_text(proto, source.read_bytes(), str(source))
-        params.update(_proto_params(proto, str(source)))
+        _merge_text(proto, read_regular_file(source, max_total_bytes, "network definition"), str(source))
+        params.update(_proto_params(proto, str(source), ParamBudget(str(source))))
         return NnpContents(proto, params, [source.name])
     members = _read_members(source, max_members, max_total_bytes)
+    budget = ParamBudget(str(source))
     for name in members:
         if posixpath.splitext(name)[1].lower() in NETWORK_EXTS:
             _merge_text(proto, members[name], f"{source}:{name}")
@@ -135,11 +196,11 @@ def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
         ext = posixpath.splitext(name)[1].lower()
         where = f"{source}:{name}"
         if ext == ".h5":
-            params.update(_h5_params(data, where))
+            params.update(_h5_params(data, where, budget))
         elif ext == ".protobuf":
             part = nnabla_pb2.NNablaProtoBuf()
             _merge_binary(part, data, where)
-            params.update(_proto_params(part, where))
+            params.update(_proto_params(part, where, budget))
             for network in part.network:
                 proto.network.add().CopyFrom(network)
             for executor in part.executor:
@@ -147,7 +208,7 @@ def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
     if not proto.network:
         raise InvalidInputError(
             f"{source}: not an .nnp file: no network definition among its members {sorted(members)[:10]}")
-    params.update({k: v for k, v in _proto_params(proto, str(source)).items() if k not in params})
+    params.update({k: v for k, v in _proto_params(proto, str(source), budget).items() if k not in params})
     return NnpContents(proto, params, sorted(members))
 
 

@@ -16,7 +16,14 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
-from qcc.io import quiet_native_stderr
+from qcc.frontends.onnx_tensors import (
+    TYPE_NAMES,
+    declared_bytes,
+    decode_array,
+    resolve_external_data,
+    to_array,
+)
+from qcc.io import quiet_native_stderr, read_regular_file
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import DTYPES, TensorType
 from qcc.ir.verify import verify_model
@@ -64,6 +71,9 @@ class _Ctx:
                 data = self.consts[name]
                 if data.dtype == np.float64:
                     data = data.astype(np.float32)
+                if data.dtype.name not in DTYPES:
+                    raise UnsupportedError(f"{self.source}: constant {name!r} of element type {data.dtype.name} "
+                                           "is used by computation; qcc handles " + ", ".join(DTYPES))
                 self._const_values[name] = self.graph.add_constant(self.graph.unique_name(name), data)
             return self._const_values[name]
         raise InvalidInputError(f"{self.source}: tensor {name!r} is used but never defined")
@@ -443,13 +453,11 @@ def _slice(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 @importer("Cast")
 def _cast(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
-    from onnx import helper
-
     x = ctx.value(node.input[0])
     assert x is not None
-    target = helper.tensor_dtype_to_np_dtype(attrs["to"])
-    if np.dtype(target).name != x.type.dtype:
-        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Cast) of a computed {x.type.dtype} tensor to {np.dtype(target).name}")
+    target = TYPE_NAMES.get(attrs["to"], f"element type {attrs['to']}")
+    if target != x.type.dtype:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Cast) of a computed {x.type.dtype} tensor to {target}")
     ctx.emit(node, "Identity", [x])
 
 
@@ -465,10 +473,8 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
     """Evaluate a node whose inputs are all constants; True when folded."""
     op = node.op_type
     if op == "Constant":
-        from onnx import numpy_helper
-
         if "value" in attrs:
-            ctx.consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
+            ctx.consts[node.output[0]] = to_array(attrs["value"], f"node {node.name!r} (Constant)", ctx.source)
         else:
             key, val = next(iter(attrs.items()))
             dtype = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}.get(key)
@@ -481,9 +487,10 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
     ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
     result: Any
     if op == "ConstantOfShape":
-        from onnx import numpy_helper
-
-        fill = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
+        where = f"node {node.name!r} (ConstantOfShape)"
+        fill = to_array(attrs["value"], where, ctx.source) if "value" in attrs else np.zeros(1, np.float32)
+        if fill.size != 1:
+            raise InvalidInputError(f"{ctx.source}: {where}: value must hold one element, it holds {fill.size}")
         shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
@@ -491,10 +498,8 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op == "Identity":
         result = [ins[0]]
-    elif op == "Cast":
-        from onnx import helper
-
-        result = [ins[0].astype(helper.tensor_dtype_to_np_dtype(attrs["to"]))]
+    elif op == "Cast" and TYPE_NAMES.get(attrs["to"]) in DTYPES:
+        result = [np.asarray(ins[0]).astype(DTYPES[TYPE_NAMES[attrs["to"]]])]
     elif op in ("Expand", "Tile", "Range"):
         _precheck_size(ctx, node, op, ins)
         result = _reference_eval(ctx, node, op, ins)
@@ -534,7 +539,10 @@ def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
     graph = helper.make_graph([fn_node], "fold", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
     try:
-        return ReferenceEvaluator(model).run(None, {f"i{i}": a for i, a in enumerate(ins) if a is not None})
+        results = ReferenceEvaluator(model).run(None, {f"i{i}": a for i, a in enumerate(ins) if a is not None})
+        return [decode_array(np.asarray(r)) for r in results]
+    except QccError:
+        raise
     except Exception as exc:
         raise InvalidInputError(f"{ctx.source}: cannot fold constant node {node.name!r} ({op}): {exc}") from None
 
@@ -552,13 +560,7 @@ def _read(path: Path, max_bytes: int) -> Any:
     import onnx
     from google.protobuf.message import DecodeError
 
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InvalidInputError(f"{path}: cannot read: {exc.strerror}") from None
-    if size > max_bytes:
-        raise InvalidInputError(f"{path}: file of {size} bytes is over the {max_bytes}-byte limit")
-    data = path.read_bytes()
+    data = read_regular_file(path, max_bytes, "model")
     import warnings
 
     try:
@@ -569,44 +571,15 @@ def _read(path: Path, max_bytes: int) -> Any:
         raise InvalidInputError(f"{path}: not a valid ONNX model ({type(exc).__name__}: {exc})") from None
     if not proto.HasField("graph"):
         raise InvalidInputError(f"{path}: not a valid ONNX model (no graph)")
-    for tensor in proto.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            _load_external(tensor, path)
+    resolve_external_data(proto, path, str(path))
     return proto
 
 
-def _load_external(tensor: Any, path: Path) -> None:
-    from onnx.external_data_helper import load_external_data_for_tensor
-
-    info = {e.key: e.value for e in tensor.external_data}
-    location = info.get("location", "")
-    base = path.parent.resolve()
-    target = (base / location).resolve()
-    if os.path.isabs(location) or base not in target.parents:
-        raise InvalidInputError(f"{path}: initializer {tensor.name!r} points outside the model's folder ({location!r})")
-    if not target.is_file():
-        raise InvalidInputError(f"{path}: initializer {tensor.name!r}: external data file {location!r} is missing")
-    size = target.stat().st_size
-    for key in ("offset", "length"):
-        text = info.get(key, "0")
-        if not text.isdigit() or int(text) > size:
-            raise InvalidInputError(f"{path}: initializer {tensor.name!r}: external data {key} {text[:40]!r} is not "
-                                    f"a position inside {location!r} ({size} bytes)")
-    try:
-        load_external_data_for_tensor(tensor, str(base))
-    except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"{path}: initializer {tensor.name!r}: cannot read external data {location!r}: "
-                                f"{exc}") from None
-
-
 def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
-    from onnx import helper
-
     tt = type_proto.tensor_type
-    try:
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
-    except KeyError:
-        raise InvalidInputError(f"{source}: input {name!r} has an unknown element type {tt.elem_type}") from None
+    dtype = TYPE_NAMES.get(tt.elem_type)
+    if dtype is None:
+        raise InvalidInputError(f"{source}: input {name!r} has an unknown element type {tt.elem_type}")
     if dtype not in DTYPES:
         raise UnsupportedError(f"{source}: input {name!r} has element type {dtype}, which qcc does not handle")
     dims: list[int | str] = []
@@ -638,8 +611,6 @@ def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = No
 
 
 def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
-    from onnx import helper, numpy_helper
-
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
@@ -648,18 +619,14 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
     limits.check_count("nodes", len(g.node), lim.max_nodes, source)
     graph = Graph(name=g.name or Path(source).stem)
     ctx = _Ctx(graph, opset, source)
+    resolve_external_data(proto, None, source)  # a file's references were resolved by _read; others are refused
     for tensor in g.initializer:
+        where = f"initializer {tensor.name!r}"
+        if tensor.data_type not in TYPE_NAMES:
+            raise InvalidInputError(f"{source}: {where} has unknown element type {tensor.data_type}")
         count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
-        try:
-            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-        except KeyError:
-            raise InvalidInputError(f"{source}: initializer {tensor.name!r} has unknown element type "
-                                    f"{tensor.data_type}") from None
-        ctx.reserve(count, itemsize, f"initializer {tensor.name!r}")
-        try:
-            ctx.consts[tensor.name] = numpy_helper.to_array(tensor)
-        except Exception as exc:
-            raise InvalidInputError(f"{source}: initializer {tensor.name!r} is corrupt: {exc}") from None
+        ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
+        ctx.consts[tensor.name] = to_array(tensor, where, source)
     for vi in g.input:
         if vi.name in ctx.consts:
             continue

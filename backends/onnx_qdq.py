@@ -30,11 +30,11 @@ import numpy as np
 from qcc.errors import UnsupportedError, UsageError
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 
 from .onnx_export import EXPORTERS, OPSET, OnnxWriter, export_graph, finish
 
-WEIGHTED = frozenset({"Conv", "ConvTranspose", "Dense"})
 """Ops with (x, weight, bias) inputs; a per-channel bias runs along its axis 0."""
 
 ACTIVATION_DTYPES = {"int8": 13, "uint8": 13, "int16": 21, "uint16": 21}
@@ -242,13 +242,14 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
     for value in graph.constants:
         params = qparams(value.quant, value.name)
         if params is not None:
-            weight = all(n.op in WEIGHTED and i == 1 for n, i in value.uses())
+            weight = all(get_schema(n.op).role(i).kind == "weight" for n, i in value.uses())
             params = stored(params, uint8_weights if weight else uint8_activations)
             low.need(params.dtype, CONSTANT_DTYPES, value.name)
             low.constants[id(value)] = params
     for node in graph.nodes:
-        if node.op in WEIGHTED and len(node.inputs) > 2 and node.inputs[2] is not None and node.inputs[2].is_const:
-            bias = node.inputs[2]
+        bias_index = get_schema(node.op).bias_input
+        bias = node.inputs[bias_index] if bias_index is not None and bias_index < len(node.inputs) else None
+        if bias is not None and bias.is_const:
             if not isinstance(bias.quant, Float32):
                 params = _bias_params(node, low)
                 if params is not None:

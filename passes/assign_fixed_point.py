@@ -37,9 +37,12 @@ from qcc.passes.quantutil import (
     RangeMethod,
     UnionFind,
     activations_option,
+    bias_of,
     check_choices,
+    is_bias_use,
     is_float,
     is_param,
+    is_weight_use,
     keep_unmarked_float,
     note_once,
     param_data,
@@ -54,6 +57,7 @@ from qcc.passes.quantutil import (
 
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
+from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, Sign
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.fixedpoint import fixed_point_position, param_fixed_point_position
@@ -62,7 +66,6 @@ from qcc.quant.ranges import percentile
 from qcc.quant.stats import TensorStats
 
 NNB_POSITIONS = (0, 15)
-MULTIPLY_OPS = ("Conv", "ConvTranspose", "Dense", "Mul")
 STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse"}
 FLOAT = 0  # width of a value kept in float
 SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and nnb Add inputs share positions"
@@ -151,15 +154,15 @@ class AssignFixedPoint(Pass):
         weight_bits = self.weight_bits or self.bits
         default: dict[int, int] = {}
         for v in values:
-            is_weight = is_param(v) and any(i == 1 for _, i in weight_uses(v))
+            is_weight = is_param(v) and any(is_weight_use(n, i) for n, i in weight_uses(v))
             default[id(v)] = weight_bits if is_weight else self.bits
         tied = UnionFind()
         for v in values:
             tied.add(v)
         for node in graph.nodes:
-            if node.op not in ("Conv", "ConvTranspose", "Dense") or len(node.inputs) < 3 or node.inputs[2] is None:
-                continue
-            tied.union(node.outputs[0], node.inputs[2])  # bias: the output's type (and position)
+            bias = bias_of(node)
+            if bias is not None:
+                tied.union(node.outputs[0], bias)  # bias: the output's type (and position)
         if self.target == "nnb":
             for node in graph.nodes:
                 w = node.inputs[1] if node.op in CONV_OPS else None
@@ -263,7 +266,7 @@ class AssignFixedPoint(Pass):
         while changed:
             changed = False
             for node in graph.nodes:
-                if node.op not in MULTIPLY_OPS or len(node.inputs) < 2:
+                if not get_schema(node.op).has("product") or len(node.inputs) < 2:
                     continue
                 x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
                 if x is None or w is None or any(id(v) not in classes.parent for v in (x, w, y)):
@@ -347,7 +350,7 @@ def _width_text(width: int) -> str:
 
 def _float_reason(v: Value, graph: Graph) -> str:
     for node, index in v.uses():
-        if index == 2 and node.op in ("Conv", "ConvTranspose", "Dense"):
+        if is_bias_use(node, index):
             return (f"bias of {node.op} {node.name!r} takes the type of its output "
                     f"{node.outputs[0].name!r} (FLOAT32)")
         if node.op in CONV_OPS:

@@ -20,6 +20,7 @@ from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
@@ -150,9 +151,6 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     return Calibration(observer.finish(), count)
 
 
-REARRANGING_OPS = frozenset({"Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity",
-                             "Dropout"})
-"""Ops whose output holds exactly the values of their data inputs, only rearranged."""
 
 
 def _data_inputs(node: Node) -> list[Value]:
@@ -176,7 +174,7 @@ class _Observer:
             tracked.update({id(v): v for v in node.outputs if is_float(v)})
         self.order = [v.name for v in tracked.values()]
         self.num_bins = num_bins
-        self.derived = [n for n in graph.nodes if n.op in REARRANGING_OPS and len(n.outputs) == 1
+        self.derived = [n for n in graph.nodes if get_schema(n.op).has("rearranges") and len(n.outputs) == 1
                         and id(n.outputs[0]) in tracked and _data_inputs(n)
                         and all(id(v) in tracked for v in _data_inputs(n))]
         for node in self.derived:

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
-from qcc.passes.quantutil import WEIGHT_OPS, check_choices
+from qcc.passes.quantutil import check_choices, has_weight
 
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.surgery import replace_node
@@ -197,7 +197,7 @@ def _chain(graph: Graph, head: ChannelAffine) -> ChannelAffine:
 def _refusal(graph: Graph, chain: ChannelAffine) -> str:
     """Why the chain cannot fold into the layer producing its input ('' when it can)."""
     layer = chain.x.producer()
-    if layer is None or layer.op not in WEIGHT_OPS:
+    if layer is None or not has_weight(layer):
         return "not preceded by Conv, ConvTranspose or Dense"
     if _sole_reader(graph, chain.x) is None:
         return f"output of {layer.op} {layer.name!r} has other consumers"

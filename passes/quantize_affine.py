@@ -32,8 +32,10 @@ from qcc.passes.quantutil import (
     RangeMethod,
     activations_option,
     check_choices,
+    is_bias_use,
     is_float,
     is_param,
+    is_weight_use,
     keep_unmarked_float,
     param_data,
     percentile_option,
@@ -47,13 +49,12 @@ from qcc.passes.quantutil import (
 )
 
 from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, QuantType
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.affine import affine_params, weight_affine_params
 from qcc.quant.ranges import choose_range
 from qcc.quant.stats import TensorStats
-
-ARITH_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Concat", "Quantize"})
 
 
 @attrs.frozen
@@ -129,7 +130,7 @@ class QuantizeAffine(Pass):
         uses = value.uses()
         if value.is_const and uses and all(n.op == "Quantize" for n, _ in uses):
             return  # annotated like the Quantize output it feeds (_copy_from_quantize)
-        weights = [(n, i) for n, i in weight_uses(value) if i == 1]
+        weights = [(n, i) for n, i in weight_uses(value) if is_weight_use(n, i)]
         if weights and len(weights) == len(uses):
             axes = {weight_axis(n) for n, _ in weights}
             axis = axes.pop() if self.per_channel and len(axes) == 1 and data.ndim > 1 else None
@@ -140,9 +141,9 @@ class QuantizeAffine(Pass):
                                  tuple(int(z) for z in np.atleast_1d(zps)), dtype, axis)
             value.meta["report"] = parameter_entry(data, value.quant)
             return
-        if any(i == 2 for _, i in weight_uses(value)):
+        if any(is_bias_use(n, i) for n, i in weight_uses(value)):
             return  # biases: after their inputs and weights (_annotate_bias)
-        other = [n for n, _ in uses if n.op not in ARITH_OPS]
+        other = [n for n, _ in uses if not get_schema(n.op).has("quantizes_constants")]
         if other:
             set_float(value, f"parameter of {other[0].op} {other[0].name!r}"
                       + (" (not folded by fold-bn; fold-bn{standalone=conv} would make it an integer Conv)"

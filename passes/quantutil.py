@@ -19,14 +19,8 @@ from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.pm.base import PassContext
 
-WEIGHT_OPS: dict[str, int] = {"Conv": 0, "ConvTranspose": 1, "Dense": 1}
-"""Ops with a weight (input 1) and optional bias (input 2): the weight's output-channel axis."""
-
 CONV_OPS = ("Conv", "ConvTranspose")
 """nnabla-c-runtime runs these with one type for x, W, b and y."""
-
-INHERIT_OPS = frozenset({"Relu", "MaxPool", "GlobalMaxPool", "Concat", "Transpose", "Slice", "Split"})
-"""Ops whose outputs hold values of their inputs: they carry the input annotation (with views)."""
 
 SHARED_INPUT_OPS = frozenset({"Add", "Sub"})
 """nnb's Add2/Sub2 rescale the finer input in place: their inputs share one position."""
@@ -57,8 +51,8 @@ def is_view(node: Node) -> bool:
 
 
 def inherits(node: Node) -> bool:
-    """Whether the node's outputs carry its (first) input's annotation."""
-    return is_view(node) or node.op in INHERIT_OPS
+    """Whether the node's outputs carry its (first) input's annotation (registry trait)."""
+    return get_schema(node.op).has("keeps_annotation")
 
 
 def param_data(value: Value) -> np.ndarray | None:
@@ -78,12 +72,38 @@ def is_param(value: Value) -> bool:
 
 
 def weight_uses(value: Value) -> list[tuple[Node, int]]:
-    """(node, input index) where the value is the weight (1) or bias (2) of a Conv/Dense."""
-    return [(n, i) for n, i in value.uses() if n.op in WEIGHT_OPS and i in (1, 2)]
+    """(node, input index) where the value is the weight (1) or bias (2) of a weighted op.
+
+    The roles come from the op registry; callers test the index against the node's schema
+    (`is_weight_use` / `is_bias_use`), never against op names.
+    """
+    return [(n, i) for n, i in value.uses() if get_schema(n.op).role(i).kind in ("weight", "bias")]
+
+
+def is_weight_use(node: Node, index: int) -> bool:
+    return get_schema(node.op).role(index).kind == "weight"
+
+
+def is_bias_use(node: Node, index: int) -> bool:
+    return get_schema(node.op).role(index).kind == "bias"
+
+
+def has_weight(node: Node) -> bool:
+    return get_schema(node.op).weight_input is not None
+
+
+def bias_of(node: Node) -> Value | None:
+    """The node's bias input, if its op has one and it is connected."""
+    index = get_schema(node.op).bias_input
+    return node.inputs[index] if index is not None and index < len(node.inputs) else None
 
 
 def weight_axis(node: Node) -> int:
-    return WEIGHT_OPS[node.op]
+    """The output-channel axis of the node's weight (a registry role)."""
+    axis = get_schema(node.op).weight_axis
+    if axis is None:
+        raise ValueError(f"{node.op} has no weight input")
+    return axis
 
 
 def check_finite_params(model: Model) -> None:

@@ -1,9 +1,12 @@
 """The op registry: one schema per op holds everything qcc knows about it.
 
 A schema gives the op's inputs/outputs, attribute types and defaults, shape inference, the numpy
-reference kernel, an optional integer kernel for bit-exact fixed-point simulation, a verify hook
-and traits that analyses use (views, elementwise in-place candidates). Adding an op means writing
-one `OpDef` subclass in `qcc/ir/ops/` plus the frontend/backend mappings, nothing else.
+reference kernel, a verify hook, the *role* of each input (data, weight with its output-channel
+axis, bias) and *traits* (see `TRAITS`). Passes, simulators, planners and backends ask the
+registry (`get_schema(op).has(...)`, `ops_with(trait)`, `schema.weight_input`) instead of keeping
+their own lists of op names, so an op added here is understood everywhere at once. Adding an op
+means one `OpDef` subclass in `qcc/ir/ops/` plus one entry in each frontend/backend table that
+maps it (docs/adding-an-op.md), nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +23,51 @@ from qcc.ir.types import TensorType
 
 REQUIRED = object()
 ATTR_KINDS = ("int", "float", "str", "bool", "ints", "floats", "strs", "float?")
+
+TRAITS: dict[str, str] = {
+    "view": "the output is the input's bytes under another shape (same values, same order): planners "
+            "alias it, integer targets copy nothing, quantization carries the input's annotation",
+    "elementwise": "each output element depends on the input elements at its own position only "
+                   "(broadcasting binary ops included)",
+    "inplace": "the output may be written over input 0 (same shape and element count): a planner "
+               "may reuse that buffer when the input dies here",
+    "keeps_annotation": "the output holds values of input 0 unchanged (no arithmetic: views, Relu, "
+                        "max pooling, Concat, Transpose, Slice, Split): it carries that input's "
+                        "quantization annotation, no requantization",
+    "rearranges": "the output holds exactly the values of its data inputs, only rearranged: its "
+                  "calibration statistics are the merge of theirs",
+    "quantize": "an explicit quantize point: fake-quantizes its input to its output's annotation",
+    "quantizes_constants": "a constant input is quantized per tensor like an activation (binary "
+                           "arithmetic, Concat); other ops keep constant non-weight inputs in float",
+    "product": "the output is a product of input 0 and input 1 (Conv, Dense, Mul): fixed-point "
+               "targets compare the output position with the sum of theirs",
+    "broadcast": "inputs broadcast against each other (numpy rules)",
+}
+"""The trait vocabulary; `register` refuses a trait not listed here (a typo would silently
+exclude an op from an analysis)."""
+
+
+@attrs.frozen
+class Role:
+    """What an input is to its op: activation data, a weight, or a bias.
+
+    `channel_axis` is a weight's output-channel axis (per-channel quantization scales, BN folding).
+    """
+
+    kind: str = "data"
+    channel_axis: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in ("data", "weight", "bias"):
+            raise ValueError(f"unknown input role {self.kind!r}")
+
+
+DATA = Role()
+BIAS = Role("bias")
+
+
+def weight(channel_axis: int) -> Role:
+    return Role("weight", channel_axis)
 
 
 @attrs.frozen
@@ -74,6 +122,8 @@ class OpSchema:
     verify: VerifyFn | None = None
     traits: frozenset[str] = frozenset()
     doc: str = ""
+    roles: tuple[Role, ...] = ()
+    """One per declared input (variadic inputs share the last one)."""
 
     # -------------------------------------------------------------- arity
     @functools.cached_property
@@ -89,7 +139,30 @@ class OpSchema:
         return any(n.endswith("*") for n in self.outputs)
 
     def has(self, trait: str) -> bool:
+        if trait not in TRAITS:
+            raise KeyError(f"unknown trait {trait!r}; known: {', '.join(TRAITS)}")
         return trait in self.traits
+
+    def role(self, index: int) -> Role:
+        """The role of input `index` (data unless the schema says otherwise)."""
+        if not self.roles:
+            return DATA
+        return self.roles[min(index, len(self.roles) - 1)]
+
+    @functools.cached_property
+    def weight_input(self) -> int | None:
+        """Index of the weight input, None for ops without one."""
+        return next((i for i, r in enumerate(self.roles) if r.kind == "weight"), None)
+
+    @functools.cached_property
+    def bias_input(self) -> int | None:
+        return next((i for i, r in enumerate(self.roles) if r.kind == "bias"), None)
+
+    @property
+    def weight_axis(self) -> int | None:
+        """The weight's output-channel axis (None without a weight)."""
+        index = self.weight_input
+        return None if index is None else self.roles[index].channel_axis
 
     # -------------------------------------------------------------- attrs
     def complete_attrs(self, given: dict[str, Any], where: str) -> dict[str, Any]:
@@ -159,6 +232,8 @@ class OpDef:
     outputs: ClassVar[tuple[str, ...]] = ("y",)
     attrs: ClassVar[dict[str, AttrSpec]] = {}
     traits: ClassVar[frozenset[str]] = frozenset()
+    roles: ClassVar[dict[str, Role]] = {}
+    """Input name (as in `inputs`, without ?/*) -> role; unnamed inputs are data."""
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -172,6 +247,7 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpSchema] = {}
+_DERIVED: dict[str, frozenset[str]] = {}
 _LOADED = False
 
 
@@ -180,6 +256,14 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     if name in _REGISTRY:
         raise ValueError(f"op {name!r} registered twice")
     verify = cls.__dict__.get("verify")
+    unknown = set(cls.traits) - set(TRAITS)
+    if unknown:
+        raise ValueError(f"op {name!r}: unknown trait(s) {sorted(unknown)}; known: {', '.join(TRAITS)}")
+    names = [n.rstrip("?*") for n in cls.inputs]
+    stray = set(cls.roles) - set(names)
+    if stray:
+        raise ValueError(f"op {name!r}: roles name inputs it does not have: {sorted(stray)}")
+    roles = tuple(cls.roles.get(n, DATA) for n in names) if cls.roles else ()
     _REGISTRY[name] = OpSchema(
         name=name,
         inputs=tuple(cls.inputs),
@@ -190,7 +274,9 @@ def register(cls: type[OpDef]) -> type[OpDef]:
         verify=verify.__func__ if isinstance(verify, staticmethod) else verify,
         traits=frozenset(cls.traits),
         doc=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
+        roles=roles,
     )
+    _DERIVED.clear()
     return cls
 
 
@@ -217,3 +303,24 @@ def has_op(op: str) -> bool:
 def all_ops() -> dict[str, OpSchema]:
     _ensure_loaded()
     return dict(_REGISTRY)
+
+
+def ops_with(trait: str) -> frozenset[str]:
+    """Names of every registered op with `trait` (plugin ops included): the op-category sets."""
+    _ensure_loaded()
+    if trait not in TRAITS:
+        raise KeyError(f"unknown trait {trait!r}; known: {', '.join(TRAITS)}")
+    if trait not in _DERIVED:
+        _DERIVED[trait] = frozenset(n for n, s in _REGISTRY.items() if trait in s.traits)
+    return _DERIVED[trait]
+
+
+def op_has(op: str, trait: str) -> bool:
+    """`trait` of a registered op; False for an op the registry does not know."""
+    return op in ops_with(trait)
+
+
+def weighted_ops() -> dict[str, int]:
+    """Ops with a weight input -> the weight's output-channel axis."""
+    _ensure_loaded()
+    return {n: s.weight_axis for n, s in _REGISTRY.items() if s.weight_axis is not None}

@@ -119,7 +119,7 @@ def _shares_with(
     if options.aliases and schema.has("view"):
         source = node.inputs[0] if node.inputs else None
         return id(source) if source is not None and id(source) in values else None
-    if options.inplace and schema.has("elementwise"):
+    if options.inplace and schema.has("inplace"):
         for source in node.inputs:
             if source is None or id(source) not in values:
                 continue

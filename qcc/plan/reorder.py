@@ -91,7 +91,7 @@ def footprint_bound(graph: Graph, options: StorageOptions, sizer: Sizer) -> int:
         total = sum(sizes[g] for g in groups)
         schema = get_schema(node.op)
         reusable = (options.aliases and schema.has("view")) or (
-            options.inplace and schema.has("elementwise") and len(node.outputs) == 1
+            options.inplace and schema.has("inplace") and len(node.outputs) == 1
             and any(v is not None and not v.is_const and v.type.shape == node.outputs[0].type.shape
                     and sizer(v) == sizer(node.outputs[0]) for v in node.inputs))
         if not reusable:

@@ -14,14 +14,11 @@ import attrs
 
 from qcc.errors import UsageError
 from qcc.ir.core import Value
+from qcc.ir.registry import get_schema
 from qcc.ir.types import DTYPES, storage_bytes
 
 Sizer = Callable[[Value], int]
 
-# ops whose input 1 is a weight (binary schemes store those as one bit per element)
-WEIGHT_OPS = frozenset({"Conv", "ConvTranspose", "Dense", "MatMul"})
-# ops whose input 2 is a bias (int8/uint8 schemes keep biases in int32, as ONNX QDQ does)
-BIAS_OPS = frozenset({"Conv", "ConvTranspose", "Dense"})
 
 
 @attrs.frozen
@@ -71,9 +68,11 @@ def scheme_sizer(scheme: str) -> Sizer:
 def _role_width(value: Value, widths: SchemeWidths) -> float:
     if not value.is_const:
         return widths.activation
-    roles = {(node.op, index) for node, index in value.uses()}
-    if any(op in WEIGHT_OPS and index == 1 for op, index in roles):
+    # the registry's input roles: a weight (binary schemes store one bit per element), a bias
+    # (int8/uint8 schemes keep it in int32, as ONNX QDQ does), else an ordinary parameter
+    kinds = {get_schema(node.op).role(index).kind for node, index in value.uses()}
+    if "weight" in kinds:
         return widths.weight
-    if any(op in BIAS_OPS and index == 2 for op, index in roles):
+    if "bias" in kinds:
         return widths.bias
     return widths.parameter

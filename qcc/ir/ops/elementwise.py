@@ -19,12 +19,14 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 class _Unary(OpDef):
-    traits = frozenset({"elementwise"})
+    traits = frozenset({"elementwise", "inplace"})
 
 
 @register
 class Relu(_Unary):
     """max(x, 0)."""
+
+    traits = frozenset({"elementwise", "inplace", "keeps_annotation"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -159,7 +161,7 @@ _simple("Erf", lambda x: _erf(x), "erf(x).")
 class Identity(OpDef):
     """y = x (a view: shares its input's storage)."""
 
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -171,7 +173,7 @@ class Dropout(OpDef):
     """Inference form: identity (a view)."""
 
     attrs = {"ratio": AttrSpec("float", 0.5)}
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -211,7 +213,7 @@ class LogSoftmax(OpDef):
 
 class _Binary(OpDef):
     inputs = ("a", "b")
-    traits = frozenset({"elementwise", "broadcast"})
+    traits = frozenset({"elementwise", "inplace", "broadcast"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -221,17 +223,18 @@ class _Binary(OpDef):
         return [TensorType(a.dtype, broadcast_shapes(a.shape, b.shape))]
 
 
-def _binary(name: str, fn: Any, doc: str) -> None:
+def _binary(name: str, fn: Any, doc: str, extra: frozenset[str] = frozenset({"quantizes_constants"})) -> None:
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype)]
 
-    register(type(name, (_Binary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel)}))
+    register(type(name, (_Binary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel),
+                                     "traits": _Binary.traits | extra}))
 
 
 _binary("Add", np.add, "a + b with broadcasting.")
 _binary("Sub", np.subtract, "a - b with broadcasting.")
-_binary("Mul", np.multiply, "a * b with broadcasting.")
+_binary("Mul", np.multiply, "a * b with broadcasting.", frozenset({"quantizes_constants", "product"}))
 _binary("Div", np.divide, "a / b with broadcasting.")
-_binary("Pow", np.power, "a ** b with broadcasting.")
+_binary("Pow", np.power, "a ** b with broadcasting.", frozenset())
 _binary("Max", np.maximum, "max(a, b) with broadcasting.")
 _binary("Min", np.minimum, "min(a, b) with broadcasting.")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from qcc.ir.ops._common import attr_list, pairs, spatial_out, windows
-from qcc.ir.registry import AttrSpec, OpDef, register
+from qcc.ir.registry import BIAS, AttrSpec, OpDef, register, weight
 from qcc.ir.types import TensorType
 
 _CONV_ATTRS = {
@@ -37,7 +37,9 @@ class Conv(OpDef):
     """2-D convolution, weight (O, C/group, KH, KW), optional bias (O)."""
 
     inputs = ("x", "w", "b?")
+    roles = {"w": weight(0), "b": BIAS}
     attrs = _CONV_ATTRS
+    traits = frozenset({"product"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -164,7 +166,9 @@ class ConvTranspose(OpDef):
     """2-D transposed convolution (nnabla Deconvolution), weight (C, O/group, KH, KW)."""
 
     inputs = ("x", "w", "b?")
+    roles = {"w": weight(1), "b": BIAS}
     attrs = {**_CONV_ATTRS, "output_padding": AttrSpec("ints", [0, 0])}
+    traits = frozenset({"product"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -221,6 +225,8 @@ class Dense(OpDef):
     """y = x @ w + b, x (N, K), w (K, M) (nnabla Affine layout), b (M)."""
 
     inputs = ("x", "w", "b?")
+    roles = {"w": weight(1), "b": BIAS}
+    traits = frozenset({"product"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -371,6 +377,8 @@ class _WindowPool(OpDef):
 class MaxPool(_WindowPool):
     """Max over KHxKW windows."""
 
+    traits = frozenset({"keeps_annotation"})
+
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         return [_pool_reduce(np.maximum, xs[0], node, -np.inf, -np.inf).astype(xs[0].dtype, copy=False)]
@@ -414,6 +422,8 @@ class GlobalAvgPool(_GlobalPool):
 @register
 class GlobalMaxPool(_GlobalPool):
     """Max over all spatial positions (keeps 1x1 spatial dims)."""
+
+    traits = frozenset({"keeps_annotation"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

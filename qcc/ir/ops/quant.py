@@ -18,7 +18,7 @@ class Quantize(OpDef):
     """
 
     attrs = {"label": AttrSpec("str", "")}
-    traits = frozenset({"elementwise", "quantize"})
+    traits = frozenset({"elementwise", "inplace", "quantize", "quantizes_constants"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

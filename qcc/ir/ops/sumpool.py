@@ -18,6 +18,7 @@ class SumPool(MaxPool):
     """
 
     name = "SumPool"
+    traits = frozenset()  # sums: unlike MaxPool, a new range
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

@@ -17,6 +17,7 @@ class Concat(OpDef):
 
     inputs = ("xs*",)
     attrs = {"axis": AttrSpec("int")}
+    traits = frozenset({"keeps_annotation", "rearranges", "quantizes_constants"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -47,6 +48,7 @@ class Split(OpDef):
 
     outputs = ("ys*",)
     attrs = {"axis": AttrSpec("int"), "split": AttrSpec("ints")}
+    traits = frozenset({"keeps_annotation"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -92,7 +94,7 @@ class Reshape(OpDef):
     """View with a new shape (0 copies the input dim, -1 is inferred)."""
 
     attrs = {"shape": AttrSpec("ints")}
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -109,7 +111,7 @@ class Flatten(OpDef):
     """View as 2-D: dims before axis, dims from axis on."""
 
     attrs = {"axis": AttrSpec("int", 1)}
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -133,7 +135,7 @@ class Squeeze(OpDef):
     """Drop size-1 axes (a view)."""
 
     attrs = {"axes": AttrSpec("ints")}
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -155,7 +157,7 @@ class Unsqueeze(OpDef):
     """Insert size-1 axes (a view)."""
 
     attrs = {"axes": AttrSpec("ints")}
-    traits = frozenset({"view"})
+    traits = frozenset({"view", "keeps_annotation", "rearranges"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -178,6 +180,7 @@ class Transpose(OpDef):
     """Permute axes."""
 
     attrs = {"perm": AttrSpec("ints")}
+    traits = frozenset({"keeps_annotation", "rearranges"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -226,6 +229,7 @@ class Slice(OpDef):
 
     attrs = {"starts": AttrSpec("ints"), "ends": AttrSpec("ints"), "axes": AttrSpec("ints"),
              "steps": AttrSpec("ints", [])}
+    traits = frozenset({"keeps_annotation"})
 
     @staticmethod
     def _slices(shape: tuple[Dim, ...], attrs: dict[str, Any]) -> list[slice]:

@@ -102,8 +102,8 @@ def qparams(quant: QuantType | None, name: str) -> QParams | None:
 
 def integers(value: Value, params: QParams) -> np.ndarray:
     """A constant's stored integers: its simulated value (annotation applied) at `params`."""
+    from qcc.ir.fakequant import apply_annotation
     from qcc.quant import quantize_affine
-    from qcc.sim.fakequant import apply_annotation
 
     assert value.const is not None
     quant = value.quant

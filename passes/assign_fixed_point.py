@@ -18,7 +18,7 @@ Widths first, then positions:
    shift by fx + fw - fy); a class that violates it is lowered until none does.
 
 Pinned positions win; a rule that would change one is an error naming the tensor. Under nnb,
-activations are simulated with truncation toward zero (value.meta["rounding"] = "trunc"), as
+activations are simulated with truncation toward zero (`FixedPoint(..., rounding="trunc")`), as
 nnabla-c-runtime stores every value it computes; parameters round half to even (the
 converter's np.round).
 """
@@ -301,19 +301,19 @@ class AssignFixedPoint(Pass):
             if root not in position:
                 set_float(v, "no calibration statistics (the value was never computed)")
                 continue
-            v.quant = FixedPoint(width, position[root])
             data = param_data(v)
             if data is not None:
+                v.quant = FixedPoint(width, position[root])
                 v.meta["report"] = parameter_entry(data, v.quant)
                 continue
-            v.meta["rounding"] = self.act_rounding
+            v.quant = FixedPoint(width, position[root], self.act_rounding)
             v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.method, self.act_rounding,
                                                 relu_only=relu_only(v, graph))
         for v in values:  # pinned fixed values get report fields too
             if pinned(v) and isinstance(v.quant, FixedPoint):
                 data = param_data(v)
                 if data is None:
-                    v.meta["rounding"] = self.act_rounding
+                    v.quant = attrs.evolve(v.quant, rounding=self.act_rounding)
                 v.meta["report"] = (parameter_entry(data, v.quant) if data is not None else
                                     activation_entry(calib.get(v.name), v.quant, "pinned", self.act_rounding))
 

@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 import numpy as np
 
+from qcc.ir.fakequant import apply_annotation
 from qcc.ir.types import Affine, FixedPoint, QuantType
 from qcc.quant.histerr import expected_sq_error
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.stats import TensorStats
-from qcc.sim.fakequant import apply_annotation
 
 
 def grid(quant: QuantType) -> tuple[float, float, float] | None:

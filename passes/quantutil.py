@@ -251,7 +251,7 @@ def clear_decision(value: Value) -> None:
     if value.meta.get("pinned"):
         return
     value.quant = None
-    for key in ("float_reason", "report", "rounding"):
+    for key in ("float_reason", "report"):
         value.meta.pop(key, None)
 
 

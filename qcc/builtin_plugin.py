@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qcc.plugins import API_VERSION, Plugin
+from qcc.plugin_api import API_VERSION, Plugin
 
 BUILTINS = Plugin(
     api_version=API_VERSION,

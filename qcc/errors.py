@@ -32,6 +32,10 @@ class InvalidInputError(QccError):
     kind = "invalid input"
 
 
+class CycleError(InvalidInputError):
+    """The graph has a cycle (no topological order exists)."""
+
+
 class UnsupportedError(QccError):
     """The input is valid but uses something qcc (or the chosen target) cannot handle."""
 

@@ -12,20 +12,19 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 
 from qcc.errors import QccError, UsageError
+from qcc.plugin_api import API_VERSION, Factory, Plugin
 
-API_VERSION = 1
 ENTRY_POINT_GROUP = "qcc.plugins"
 BUILTIN = "qcc (built-in)"
 DISABLE_ENV = "QCC_DISABLE_PLUGIN_AUTOLOAD"
 KINDS = ("pass", "frontend", "backend")
 
-Factory = Any  # "module:attr" or a zero-argument callable returning the object
 
 
 class PluginError(QccError):
@@ -33,23 +32,6 @@ class PluginError(QccError):
 
     exit_code = 2
     kind = "plugin error"
-
-
-@attrs.frozen
-class Plugin:
-    """What a plugin contributes. Point a `qcc.plugins` entry point at an instance of this.
-
-    `api_version` is required (no default) so a plugin states the API it was written against
-    and a qcc with a different one refuses it instead of failing somewhere later.
-    """
-
-    api_version: int
-    passes: Mapping[str, Factory] = attrs.field(factory=dict)
-    frontends: Mapping[str, Factory] = attrs.field(factory=dict)
-    backends: Mapping[str, Factory] = attrs.field(factory=dict)
-
-    def tables(self) -> list[tuple[str, Mapping[str, Factory]]]:
-        return [("pass", self.passes), ("frontend", self.frontends), ("backend", self.backends)]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -136,6 +136,29 @@ def test_text_round_trip_keeps_annotations_and_symbols() -> None:
     assert print_model(parse_model(elided), elide_above=4) == elided
 
 
+def test_fixed_point_store_rule_survives_the_text_form_and_simulation() -> None:
+    """The rounding of a truncating target's activations is part of the type: a dumped and
+    re-parsed model simulates exactly like the original."""
+    from qcc.sim import run_model
+
+    g = Graph("trunc")
+    x = g.add_input("x", TensorType("float32", (1, 8)))
+    y = g.add("Relu", x, name="relu")
+    y.quant = FixedPoint(8, 2, "trunc")
+    g.outputs.append(y)
+    model = Model(g)
+    text = print_model(model)
+    assert "fixed(8,2,trunc)" in text
+    again = parse_model(text)
+    assert again.graph.outputs[0].quant.rounding == "trunc"  # type: ignore[union-attr]
+    feeds = {"x": np.linspace(0.1, 3.0, 8, dtype=np.float32).reshape(1, 8)}
+    truncated = run_model(again, feeds, quantized=True)["relu"]
+    np.testing.assert_array_equal(truncated, run_model(model, feeds, quantized=True)["relu"])
+    np.testing.assert_array_equal(truncated, np.trunc(feeds["x"] * 4) / 4)
+    half_even = Model(parse_model(text.replace(",trunc)", ")")).graph)
+    assert not np.array_equal(run_model(half_even, feeds, quantized=True)["relu"], truncated)
+
+
 def test_match_chains_requires_single_consumer() -> None:
     g = Graph("g")
     x = g.add_input("x", TensorType("float32", (1, 4)))

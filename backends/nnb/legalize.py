@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import numpy as np
 
 from qcc.errors import InternalError, UnsupportedError
@@ -56,6 +57,8 @@ def legalize(model: Model, batch: int = 1) -> tuple[Program, list[str]]:
         for value, quant, why in changes:
             if id(value) not in done:
                 done.add(id(value))
+                if isinstance(value.quant, FixedPoint) and isinstance(quant, FixedPoint):
+                    quant = attrs.evolve(quant, rounding=value.quant.rounding)  # a new position, same store rule
                 notes.append(f"{value.name}: {value.quant} -> {quant} ({why})")
                 value.quant = quant
     raise InternalError(f"target nnb: fixed-point rules did not settle after {MAX_ROUNDS} rounds")

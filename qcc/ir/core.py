@@ -238,7 +238,7 @@ class Graph:
 
     def sort(self) -> Graph:
         """Stable topological sort (keeps the current order where it is already valid)."""
-        from qcc.ir.verify import CycleError
+        from qcc.errors import CycleError
 
         position = {id(n): i for i, n in enumerate(self.nodes)}
         pending: dict[int, int] = {}

@@ -25,7 +25,7 @@ import numpy as np
 
 from qcc.errors import InvalidInputError
 from qcc.ir.core import Graph, Model, Node, Value
-from qcc.ir.types import DTYPES, Dim, TensorType, parse_quant
+from qcc.ir.types import DTYPES, Dim, TensorType, parse_quant, quant_text
 
 _BARE = re.compile(r"[A-Za-z0-9_./@'\-]+")
 
@@ -37,7 +37,7 @@ def _name(name: str) -> str:
 def _type(value: Value) -> str:
     text = f"{_name(value.name)}: {value.type}"
     if value.quant is not None:
-        text += f" !{value.quant}"
+        text += f" !{quant_text(value.quant)}"
     return text
 
 

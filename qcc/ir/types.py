@@ -80,14 +80,24 @@ class Float32:
 
 @attrs.frozen
 class FixedPoint:
-    """value = int * 2**-frac, signed `bits`-bit integer (nnabla FIXED8/FIXED16)."""
+    """value = int * 2**-frac, signed `bits`-bit integer (nnabla FIXED8/FIXED16).
+
+    `rounding` is how the value's producer stores what it computes: "half_even" (qcc's default,
+    nnabla's converter for parameters) or "trunc" (toward zero, as nnabla-c-runtime stores every
+    value it computes). It is part of the type so that it is printed, parsed and simulated like the
+    rest; it does not take part in equality: two tensors of one format hold the same integers
+    whatever rounded them.
+    """
 
     bits: int
     frac: int
+    rounding: str = attrs.field(default="half_even", eq=False)
 
     def __attrs_post_init__(self) -> None:
         if self.bits not in (4, 8, 16, 32):
             raise ValueError(f"fixed point bits must be 4, 8, 16 or 32, not {self.bits}")
+        if self.rounding not in ("half_even", "trunc"):
+            raise ValueError(f"fixed point rounding must be half_even or trunc, not {self.rounding!r}")
 
     @property
     def step(self) -> float:
@@ -98,6 +108,11 @@ class FixedPoint:
 
     def __str__(self) -> str:
         return f"fixed({self.bits},{self.frac})"
+
+    def text(self) -> str:
+        """The IR text form: the format, and the store rule when it is not the default."""
+        tail = "" if self.rounding == "half_even" else f",{self.rounding}"
+        return f"fixed({self.bits},{self.frac}{tail})"
 
 
 @attrs.frozen
@@ -148,6 +163,11 @@ def storage_bytes(ttype: TensorType, quant: QuantType | None) -> int:
     return math.ceil(ttype.numel() * quant.storage_bytes())
 
 
+def quant_text(quant: QuantType) -> str:
+    """An annotation as the IR text form writes it (`parse_quant` reads it back exactly)."""
+    return quant.text() if isinstance(quant, FixedPoint) else str(quant)
+
+
 def parse_quant(text: str) -> QuantType:
     """Inverse of str() on the annotation classes (used by the IR text parser)."""
     text = text.strip()
@@ -156,8 +176,10 @@ def parse_quant(text: str) -> QuantType:
     if text == "sign":
         return Sign()
     if text.startswith("fixed(") and text.endswith(")"):
-        bits, frac = (int(p) for p in text[6:-1].split(","))
-        return FixedPoint(bits, frac)
+        parts = text[6:-1].split(",")
+        rounding = parts.pop() if len(parts) == 3 else "half_even"
+        bits, frac = (int(p) for p in parts)
+        return FixedPoint(bits, frac, rounding)
     if text.startswith("affine(") and text.endswith(")"):
         body = text[7:-1]
         dtype, rest = body.split(",", 1)

@@ -16,10 +16,6 @@ ModelCheck = Callable[[Model], list[str]]
 _MODEL_CHECKS: dict[str, ModelCheck] = {}
 
 
-class CycleError(InvalidInputError):
-    """The graph has a cycle (no topological order exists)."""
-
-
 def register_model_check(name: str, check: ModelCheck) -> None:
     """Let subsystems (e.g. memory plans) add invariants the verifier enforces."""
     _MODEL_CHECKS[name] = check

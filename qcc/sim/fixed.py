@@ -148,7 +148,7 @@ def quantize_param(value: Value) -> np.ndarray:
     if fixed is not None:
         return quantize_round(value.const, fixed)
     if value.quant is not None:
-        from qcc.sim.fakequant import apply_annotation
+        from qcc.ir.fakequant import apply_annotation
 
         return np.asarray(apply_annotation(value.const.astype(F32), value.quant))
     return value.const

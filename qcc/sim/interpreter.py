@@ -15,9 +15,9 @@ import numpy as np
 
 from qcc.errors import InvalidInputError
 from qcc.ir.core import Model, Node, Value
+from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import DTYPES
-from qcc.sim.fakequant import apply_annotation
 
 Observer = Callable[[Value, np.ndarray], None]
 NodeKernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
@@ -77,8 +77,8 @@ class Interpreter:
 
     def _store(self, value: Value, array: np.ndarray) -> np.ndarray:
         if self.quantized and value.quant is not None:
-            # meta["rounding"]: 'trunc' where the target truncates what it computes (assign-fixed-point)
-            return apply_annotation(array, value.quant, value.meta.get("rounding", "half_even"))
+            # FixedPoint.rounding: 'trunc' where the target truncates what it computes (assign-fixed-point)
+            return apply_annotation(array, value.quant)
         return array
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Iterable[str] | None = None) -> dict[str, np.ndarray]:

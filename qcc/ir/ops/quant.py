@@ -22,7 +22,6 @@ class Quantize(OpDef):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        from qcc.sim.fakequant import apply_annotation
+        from qcc.ir.fakequant import apply_annotation
 
-        out = node.outputs[0]
-        return [apply_annotation(xs[0], out.quant, out.meta.get("rounding", "half_even"))]
+        return [apply_annotation(xs[0], node.outputs[0].quant)]

@@ -1,4 +1,8 @@
-"""Applying a quantization annotation to a float tensor (simulation of storage)."""
+"""Applying a quantization annotation to a float tensor (simulation of storage).
+
+Part of the IR because the `Quantize` op's reference kernel is exactly this; the numerics it
+uses (`qcc.quant.numerics`) are plain numpy and know nothing of the IR.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,18 @@ import numpy as np
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 
 
-def apply_annotation(x: np.ndarray, quant: QuantType | None, rounding: str = "half_even") -> np.ndarray:
-    """x as it reads back after being stored in `quant` (float in, float out)."""
+def apply_annotation(x: np.ndarray, quant: QuantType | None, rounding: str | None = None) -> np.ndarray:
+    """x as it reads back after being stored in `quant` (float in, float out).
+
+    Fixed point rounds as the annotation says (`FixedPoint.rounding`: how its producer stores
+    values) unless `rounding` overrides it (parameters are always rounded half to even).
+    """
     from qcc.quant import numerics
 
     if quant is None or isinstance(quant, Float32):
         return x
     if isinstance(quant, FixedPoint):
-        q = numerics.quantize_fixed(x, quant.bits, quant.frac, rounding=rounding)
+        q = numerics.quantize_fixed(x, quant.bits, quant.frac, rounding=rounding or quant.rounding)
         return numerics.dequantize_fixed(q, quant.frac).astype(x.dtype)
     if isinstance(quant, Affine):
         scale = np.asarray(quant.scale, dtype=np.float32)

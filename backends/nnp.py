@@ -14,16 +14,18 @@ import io
 import os
 import zipfile
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
+import attrs
 import numpy as np
 
 from qcc.errors import UnsupportedError
-from qcc.frontends.nnp_archive import param_field
+from qcc.formats.nnp_archive import param_field
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, Sign
 from qcc.tables import registrar
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
 
 EXECUTOR = "Runtime"
 AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
@@ -431,7 +433,7 @@ def _binary(w: NnpWriter, node: Node) -> None:
 # ----------------------------------------------------------------------------- pooling
 @emitter("MaxPool", "AvgPool", "SumPool")
 def _pool(w: NnpWriter, node: Node) -> None:
-    from qcc.frontends.nnp import pool_geometry
+    from qcc.formats.nnp import pool_geometry
 
     a = node.attrs
     strides = a["strides"] or [1, 1]
@@ -591,15 +593,31 @@ def to_nnp_bytes(model: Model, batch_size: int | None = None, parameter_format: 
     return writer.to_bytes(parameter_format)
 
 
-class NnpBackend:
+@attrs.frozen
+class NnpOptions:
+    batch_size: int | None = attrs.field(default=None, metadata={"help": "batch dimension written (none: the model's)"})
+    parameter_format: Literal[".protobuf", ".h5"] = attrs.field(
+        default=".protobuf", metadata={"help": "how parameters are stored in the archive"})
+
+    def __attrs_post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+
+
+class NnpBackend(Backend):
+    """An NNabla .nnp archive (quantization as nnabla's quantize functions)."""
+
     name = "nnp"
     extensions = (".nnp",)
-    output_is_directory = False
-    requires: tuple[str, ...] = ()
+    Options = NnpOptions
 
-    def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
-        data = to_nnp_bytes(model, options.get("batch_size"), options.get("parameter_format") or ".protobuf")
-        atomic_write_bytes(out, data)
+    def constraints(self, options: NnpOptions) -> Constraints:
+        # a quantized .nnp is converted to .nnb by nnabla: it keeps nnabla-c-runtime's positions
+        return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME)
+
+    def serialize(self, model: Model, out: str | os.PathLike[str], options: NnpOptions) -> WriteResult:
+        atomic_write_bytes(out, to_nnp_bytes(model, options.batch_size, options.parameter_format))
+        return WriteResult()
 
 
 BACKEND = NnpBackend()

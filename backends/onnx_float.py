@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model
+from qcc.target import Backend, Constraints, NoOptions, WriteResult
 
 
-class OnnxBackend:
+class OnnxBackend(Backend):
+    """A float ONNX model (a quantizing scheme writes onnx-qdq instead)."""
+
     name = "onnx"
     extensions = (".onnx",)
-    output_is_directory = False
-    requires: tuple[str, ...] = ()
+
+    def constraints(self, options: NoOptions) -> Constraints:
+        return Constraints(self.name, schemes=frozenset({"none"}))
 
     def to_bytes(self, model: Model) -> bytes:
-        from qcc.backends.onnx_export import to_onnx
+        from qcc.formats.onnx_export import to_onnx
 
         return bytes(to_onnx(model).SerializeToString())
 
-    def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
+    def serialize(self, model: Model, out: str | os.PathLike[str], options: NoOptions) -> WriteResult:
         atomic_write_bytes(out, self.to_bytes(model))
+        return WriteResult()
 
 
 BACKEND = OnnxBackend()

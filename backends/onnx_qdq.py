@@ -22,18 +22,18 @@ docs/backends.md for what ORT fuses and the measurements behind the choices.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
 
 from qcc.errors import UnsupportedError, UsageError
+from qcc.formats.onnx_export import EXPORTERS, OPSET, OnnxWriter, export_graph, finish
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
-
-from .onnx_export import EXPORTERS, OPSET, OnnxWriter, export_graph, finish
+from qcc.target import Backend, WriteResult
 
 """Ops with (x, weight, bias) inputs; a per-channel bias runs along its axis 0."""
 
@@ -330,18 +330,24 @@ def to_qdq(model: Model, storage: str = "ort") -> tuple[Any, list[dict[str, str]
     return proto, low.fallbacks
 
 
-class OnnxQdqBackend:
-    name = "onnx-qdq"
-    extensions: tuple[str, ...] = ()  # .onnx means the float target; ask for this one by name
-    output_is_directory = False
-    requires: tuple[str, ...] = ()
+@attrs.frozen
+class QdqOptions:
+    storage: Literal["ort", "ort-vnni", "annotated"] = attrs.field(
+        default="ort", metadata={"help": "how int8 is written for the runtime (STORAGES), never the values"})
 
-    def write(self, model: Model, out: str | os.PathLike[str], *, storage: str = "ort",
-              **options: Any) -> list[dict[str, str]]:
-        """Write atomically; returns the float fallbacks for the compile report."""
-        proto, fallbacks = to_qdq(model, storage)
+
+class OnnxQdqBackend(Backend):
+    """ONNX with QuantizeLinear/DequantizeLinear pairs, fused by ONNX Runtime into integer kernels."""
+
+    name = "onnx-qdq"
+    extensions = ()  # .onnx with a quantizing scheme, or ask for it by name
+    Options = QdqOptions
+
+    def serialize(self, model: Model, out: str | os.PathLike[str], options: QdqOptions) -> WriteResult:
+        """Write atomically; the tensors left in float are the report's float fallbacks."""
+        proto, fallbacks = to_qdq(model, options.storage)
         atomic_write_bytes(out, proto.SerializeToString())
-        return fallbacks
+        return WriteResult(tuple(fallbacks))
 
 
 BACKEND = OnnxQdqBackend()

@@ -45,8 +45,8 @@ def chain_model(n: int) -> bytes:
 
 def main() -> None:
     import onnx
-    from qcc.backends.onnx_export import to_onnx
 
+    from qcc.formats.onnx_export import to_onnx
     from qcc.frontends.onnx import load_onnx
     from tests.onnx_zoo import light_path
 

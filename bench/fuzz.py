@@ -83,7 +83,7 @@ def _with_h5_parameters(nnp: bytes) -> bytes:
     """The same archive with nnabla's .h5 parameter layout instead of parameter.protobuf."""
     import h5py
 
-    from qcc.frontends.nnp_archive import read_nnp
+    from qcc.formats.nnp_archive import read_nnp
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "p.nnp"
@@ -143,8 +143,8 @@ def nnb_seeds() -> list[bytes]:
 
 
 def yaml_seeds() -> list[bytes]:
+    from qcc.formats.settings_yaml import export_settings
     from qcc.frontends.onnx import load_onnx
-    from qcc.settings_yaml import export_settings
 
     return [export_settings(load_onnx(DIGITS / "digits_cnn.onnx")).encode()]
 
@@ -461,7 +461,7 @@ def read_nnb(path: str) -> None:
 
 
 def read_yaml(path: str) -> None:
-    from qcc.settings_yaml import apply_settings_file
+    from qcc.formats.settings_yaml import apply_settings_file
 
     apply_settings_file(copy.deepcopy(_digits_model()), path)
 

@@ -41,7 +41,7 @@ def evaluate(work: Path, binary: str | None) -> list[dict[str, object]]:
     for scheme in SCHEMES:
         path = work / f"{scheme}.nnb"
         calib = str(DIGITS / "calib.npz") if scheme != "none" else None
-        model, _ = qcc_compile(str(DIGITS / "digits_cnn.onnx"), str(path), quantize=scheme, calib=calib)
+        model, report = qcc_compile(str(DIGITS / "digits_cnn.onnx"), str(path), quantize=scheme, calib=calib)
         out = model.graph.outputs[0].name
         sim = FixedRunner(model).run({"x": x})[out]
         lifted = lift_nnb(read_nnb(path.read_bytes(), str(path)))
@@ -49,8 +49,8 @@ def evaluate(work: Path, binary: str | None) -> list[dict[str, object]]:
         row: dict[str, object] = {
             "scheme": scheme, "sim": float(np.mean(sim.argmax(1) == labels)),
             "emulation": float(np.mean(emu.argmax(1) == labels)), "emulation_exact": bool(np.array_equal(sim, emu)),
-            **{k: v for k, v in model.products["nnb"].items() if k in ("file_bytes", "buffer_bytes",
-                                                                       "nnabla_policy_buffer_bytes")},
+            **{k: v for k, v in report["nnb"].items() if k in ("file_bytes", "buffer_bytes",
+                                                               "nnabla_policy_buffer_bytes")},
         }  # fmt: skip
         if binary is not None:
             nnb = read_nnb(path.read_bytes(), str(path))

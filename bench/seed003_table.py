@@ -52,7 +52,7 @@ def _settings(template: Path, out: Path, row: str) -> None:
 
 
 def _parameter_names(nnp: Path) -> set[str]:
-    from qcc.frontends.nnp_archive import read_nnp
+    from qcc.formats.nnp_archive import read_nnp
 
     network = read_nnp(nnp).proto.network[0]
     return {v.name for v in network.variable if v.type == "Parameter"}
@@ -81,7 +81,7 @@ def run(work: Path) -> dict[str, dict[str, Any]]:
     nnabla_cli(*commands)
     calib = work / "calib.npz"
     np.savez(calib, x=np.random.default_rng(0).standard_normal((32, 3, 32, 32)).astype(np.float32))
-    weights_only = "fold-bn,calibrate,assign-fixed-point{bits=8,activations=marked,target=generic}"
+    weights_only = "fold-bn,calibrate,assign-fixed-point{bits=8,activations=marked,rules=any}"
     own = {"float": [("qcc --quantize none", "none")],
            "params": [("qcc, weights FIXED8 only (BN folded)", weights_only)],
            "params+buffers": [("qcc --quantize fixed8", "fixed8"), ("qcc --quantize fixed16", "fixed16")]}

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             how = "qcc simulator"
         memory = report.get("memory", {})
         # what the target allocates: the .nnb runtime's buffers as written, else the planned arena
-        ram = (model.products.get("nnb", {}).get("buffer_bytes") or memory.get("arena_bytes")
+        ram = (report.get("nnb", {}).get("buffer_bytes") or memory.get("arena_bytes")
                or memory.get("shared_objects_bytes") or "-")
         rows.append((job["label"], f"{acc:.4f}", how, str(size), str(ram), f"{seconds:.2f}s"))
     header = ("target", "accuracy", "measured in", "output bytes", "RAM bytes", "compile")

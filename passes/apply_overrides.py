@@ -13,7 +13,7 @@ A rule is `PATTERN=TYPE`, PATTERN a glob on value names (fnmatch, case-sensitive
 Rules apply in order, so a later rule wins for a tensor two rules match. A pattern that matches
 nothing is an error (a typo would otherwise be silently ignored). nnabla's settings.yaml
 (`--settings`, exact names) is applied by the driver when the model is loaded
-(qcc.settings_yaml); both pin with `meta["pinned"]`. Runs before the annotation passes, which
+(qcc.formats.settings_yaml); both pin with `meta["pinned"]`. Runs before the annotation passes, which
 honour the pins and report a conflict with a target rule instead of adjusting a pinned value.
 """
 
@@ -104,7 +104,7 @@ class ApplyOverrides(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         overrides = [parse_rule(r, "apply-overrides rule") for r in self.rules]
         if self.from_cli:
-            overrides += [parse_rule(r) for r in ctx.options.get("overrides") or ()]
+            overrides += [parse_rule(r) for r in ctx.overrides]
         if not overrides:
             return PassResult.unchanged(model)
         values = [v for v in model.graph.values() if is_float(v)]

@@ -1,26 +1,30 @@
-"""The `assign-fixed-point` pass: FIXED8/FIXED16 positions for every tensor (.nnb, C).
+"""The `assign-fixed-point` pass: FIXED8/FIXED16 positions for every tensor (.nnb, C, QDQ).
 
-Widths first, then positions:
+The target's fixed-point rules (`qcc.target.FixedPointRules`) come from the pass context
+(`ctx.target.fixed_point`, set by the driver from the target's constraints) unless the `rules`
+option names a rule set; nnabla-c-runtime's (the .nnb and C targets) are the demanding case:
 
 1. Width per tensor: a user pin or width override (apply-overrides), else `weight_bits` for
-   Conv/Dense weights and `bits` for everything else. A bias has its layer output's width.
-   target=nnb adds nnabla-c-runtime's rule that a Convolution's x, W, b and y have one type
-   (its kernel casts every operand to the output's type): they form one width class, and
-   conflicting overrides inside it are an error naming the tensors. So under nnb, fixed8-16
-   stores convolution weights in 16 bits (noted in the report); Dense (Affine) may mix.
-2. Position classes (same width only): views, Relu, MaxPool, Concat and the like carry their
-   input's position (no requantization), a bias has its output's position, and under nnb the
-   two inputs of Add/Sub share one (Add2 rescales the finer input in place). A class takes the
+   weights and `bits` for everything else. A bias has its layer output's width. Ops whose kernel
+   casts every operand to one type (`one_type_ops`: nnabla-c-runtime's Convolution) form one
+   width class with their x, W, b and y, and conflicting overrides inside it are an error naming
+   the tensors. So under those rules fixed8-16 stores convolution weights in 16 bits (noted in
+   the report); Dense (Affine) may mix.
+2. Position classes (same width only): ops that keep their input's values (views, Relu, MaxPool,
+   Concat and the like: the `keeps_annotation` trait) carry their input's position (no
+   requantization), a bias has its output's position, and the two inputs of `shared_input_ops`
+   (nnabla-c-runtime's Add2/Sub2 rescale the finer input in place) share one. A class takes the
    coarsest of its members' best positions: activations from their calibration histogram
    (`method`; a tensor read only by Relu is judged by the Relu's output), parameters from their
-   exact values (`param_method`). nnb positions are 0..15.
-3. nnb: the output position of Conv/Dense/Mul is at most input + weight positions (the kernels
-   shift by fx + fw - fy); a class that violates it is lowered until none does.
+   exact values (`param_method`). `frac_range` bounds every position (0..15 for nnb).
+3. `product_limit`: the output position of a `product` op (Conv/Dense/Mul) is at most input +
+   weight positions (the kernels shift by fx + fw - fy); a class that violates it is lowered
+   until none does.
 
-Pinned positions win; a rule that would change one is an error naming the tensor. Under nnb,
-activations are simulated with truncation toward zero (`FixedPoint(..., rounding="trunc")`), as
-nnabla-c-runtime stores every value it computes; parameters round half to even (the
-converter's np.round).
+Pinned positions win; a rule that would change one is an error naming the tensor. Activations
+are stored with the runtime's rounding (`FixedPoint.rounding`: truncation toward zero for
+nnabla-c-runtime, which stores every value it computes that way); parameters round half to even
+(the converter's np.round).
 """
 
 from __future__ import annotations
@@ -30,10 +34,8 @@ from typing import Literal
 
 import attrs
 import numpy as np
-from qcc.passes.calibrate import Calibration
 from qcc.passes.quantreport import activation_entry, parameter_entry, positive_part, without_zeros
 from qcc.passes.quantutil import (
-    CONV_OPS,
     RangeMethod,
     UnionFind,
     activations_option,
@@ -54,6 +56,7 @@ from qcc.passes.quantutil import (
     start_annotation,
     weight_uses,
 )
+from qcc.passes.statistics import Calibration
 
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
@@ -64,16 +67,16 @@ from qcc.quant.fixedpoint import fixed_point_position, param_fixed_point_positio
 from qcc.quant.numerics import fixed_bounds
 from qcc.quant.ranges import percentile
 from qcc.quant.stats import TensorStats
+from qcc.target import ANY_FIXED_POINT, NNABLA_C_RUNTIME, FixedPointRules
 
-NNB_POSITIONS = (0, 15)
 STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse"}
 FLOAT = 0  # width of a value kept in float
-SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and nnb Add inputs share positions"
+SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and the inputs of the target's in-place Add share positions"
 
 
 @attrs.frozen
 class AssignFixedPoint(Pass):
-    """Fixed-point types and positions for every tensor, honouring the target's (nnb) rules."""
+    """Fixed-point types and positions for every tensor, honouring the target's fixed-point rules."""
 
     name = "assign-fixed-point"
     requires = ("calibrate",)
@@ -84,36 +87,55 @@ class AssignFixedPoint(Pass):
     percentile: float = percentile_option()
     param_method: Literal["mse", "maxabs", "nnabla"] = attrs.field(
         default="mse", metadata={"help": "parameter position criterion (exact values)"})
-    target: Literal["nnb", "generic"] = attrs.field(default="nnb", metadata={"help": "rules to honour"})
+    rules: Literal["target", "nnabla-c-runtime", "any"] = attrs.field(
+        default="target", metadata={"help": "fixed-point rules: the target's (from the context), "
+                                            "nnabla-c-runtime's, or none"})
     rounding: Literal["auto", "trunc", "half_even"] = attrs.field(
-        default="auto", metadata={"help": "activation rounding (auto: trunc for nnb)"})
+        default="auto", metadata={"help": "activation rounding (auto: the rules')"})
     activations: Literal["all", "marked"] = activations_option()
-
-    @property
-    def act_rounding(self) -> str:
-        if self.rounding == "auto":
-            return "trunc" if self.target == "nnb" else "half_even"
-        return self.rounding
-
-    @property
-    def frac_limits(self) -> tuple[int | None, int | None]:
-        return NNB_POSITIONS if self.target == "nnb" else (None, None)
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
 
+    def rules_for(self, ctx: PassContext) -> FixedPointRules:
+        """The rule set this run honours."""
+        if self.rules == "nnabla-c-runtime":
+            return NNABLA_C_RUNTIME
+        if self.rules == "any":
+            return ANY_FIXED_POINT
+        return ctx.target.fixed_point
+
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        calib = start_annotation(model, self)
+        _Assignment(self, self.rules_for(ctx)).run(model, ctx)
+        return PassResult(model, True, frozenset({"*"}))
+
+
+@attrs.define
+class _Assignment:
+    """One run of the pass: its options and the rule set it honours."""
+
+    opts: AssignFixedPoint
+    rules: FixedPointRules
+
+    @property
+    def act_rounding(self) -> str:
+        return self.rules.rounding if self.opts.rounding == "auto" else self.opts.rounding
+
+    @property
+    def frac_limits(self) -> tuple[int | None, int | None]:
+        return self.rules.frac_range or (None, None)
+
+    def run(self, model: Model, ctx: PassContext) -> None:
+        calib = start_annotation(model, ctx, self.opts)
         graph = model.graph
         values = [v for v in graph.values() if is_float(v)]
         self._refresh_auto_positions(values)
         self._check_pins(values)
-        if self.activations == "marked":
+        if self.opts.activations == "marked":
             keep_unmarked_float(values)
         widths = self._widths(graph, values, ctx)
         positions, classes = self._positions(graph, values, widths, calib)
         self._annotate(graph, values, widths, positions, classes, calib)
-        return PassResult(model, True, frozenset({"*"}))
 
     # ------------------------------------------------------------------ validation
     def _refresh_auto_positions(self, values: list[Value]) -> None:
@@ -137,7 +159,7 @@ class AssignFixedPoint(Pass):
             if isinstance(q, Affine):
                 raise UsageError(f"tensor {v.name!r} is pinned to {q}, not a fixed-point type")
             if isinstance(q, FixedPoint) and lo is not None and hi is not None and not lo <= q.frac <= hi:
-                raise UsageError(f"tensor {v.name!r}: pinned position {q.frac} is outside nnb's {lo}..{hi} "
+                raise UsageError(f"tensor {v.name!r}: pinned position {q.frac} is outside the target's {lo}..{hi} "
                                  f"({v.meta.get('override')})")
 
     # ------------------------------------------------------------------ widths
@@ -151,11 +173,11 @@ class AssignFixedPoint(Pass):
         return int(bits) if bits is not None else None
 
     def _widths(self, graph: Graph, values: list[Value], ctx: PassContext) -> dict[int, int]:
-        weight_bits = self.weight_bits or self.bits
+        weight_bits = self.opts.weight_bits or self.opts.bits
         default: dict[int, int] = {}
         for v in values:
             is_weight = is_param(v) and any(is_weight_use(n, i) for n, i in weight_uses(v))
-            default[id(v)] = weight_bits if is_weight else self.bits
+            default[id(v)] = weight_bits if is_weight else self.opts.bits
         tied = UnionFind()
         for v in values:
             tied.add(v)
@@ -163,9 +185,9 @@ class AssignFixedPoint(Pass):
             bias = bias_of(node)
             if bias is not None:
                 tied.union(node.outputs[0], bias)  # bias: the output's type (and position)
-        if self.target == "nnb":
-            for node in graph.nodes:
-                w = node.inputs[1] if node.op in CONV_OPS else None
+        for node in graph.nodes:
+            if node.op in self.rules.one_type_ops:
+                w = node.inputs[get_schema(node.op).weight_input or 1]
                 if w is None or isinstance(w.quant, Sign):
                     continue
                 tied.union(node.outputs[0], node.input(0))
@@ -181,38 +203,38 @@ class AssignFixedPoint(Pass):
             asked = {m.name: uw for m in members if (uw := self._user_width(m)) is not None}
             if len(set(asked.values())) > 1:
                 shown = ", ".join(f"{n}={_width_text(w)}" for n, w in sorted(asked.items()))
-                raise UsageError(f"assign-fixed-point (target {self.target}): these tensors must have one type "
+                raise UsageError(f"assign-fixed-point: these tensors must have one type "
                                  f"(a Convolution's x, W, b and y, or a bias and its output) but overrides "
                                  f"differ: {shown}; override all of them alike")
-            width = next(iter(asked.values())) if asked else self.bits
+            width = next(iter(asked.values())) if asked else self.opts.bits
             for m in members:
                 widths[id(m)] = width
                 if width != FLOAT and m.is_const and default[id(m)] != width and self._user_width(m) is None:
-                    note_once(ctx, "fixed_point", f"{m.name!r} stored in {width} bits: nnb convolutions need "
-                              "x, W, b and y of one type")
+                    note_once(ctx, "fixed_point", f"{m.name!r} stored in {width} bits: {ctx.target.target or 'the'} "
+                              "target's convolutions need x, W, b and y of one type")
         return widths
 
     # ------------------------------------------------------------------ positions
     def _act_position(self, stats: TensorStats, bits: int, partial_sums: int = 1) -> int:
         lo, hi = self.frac_limits
-        if self.method == "mse" and partial_sums > 1:
+        if self.opts.method == "mse" and partial_sums > 1:
             return _accumulating_position(stats, bits, partial_sums, lo, hi)
-        if self.method == "percentile":
-            plo, phi = percentile(stats, self.percentile)
+        if self.opts.method == "percentile":
+            plo, phi = percentile(stats, self.opts.percentile)
             t = max(-plo, phi)
             qmax = fixed_bounds(bits)[1]
             frac = math.floor(math.log2(qmax / t)) if t > 0 else bits - 2
             return max(lo, min(hi, frac)) if lo is not None and hi is not None else frac
-        if self.method == "entropy":
+        if self.opts.method == "entropy":
             stats = without_zeros(stats)
-        return fixed_point_position(stats, bits, STATS_METHOD[self.method], rounding=self.act_rounding,
+        return fixed_point_position(stats, bits, STATS_METHOD[self.opts.method], rounding=self.act_rounding,
                                     min_frac=lo, max_frac=hi)
 
     def _best(self, v: Value, bits: int, calib: Calibration, graph: Graph, partial_sums: int) -> int | None:
         data = param_data(v)
         lo, hi = self.frac_limits
         if data is not None:
-            return param_fixed_point_position(data, bits, self.param_method, min_frac=lo, max_frac=hi, name=v.name)
+            return param_fixed_point_position(data, bits, self.opts.param_method, min_frac=lo, max_frac=hi, name=v.name)
         st = calib.get(v.name)
         if st is None or not st.count:
             return None
@@ -221,9 +243,9 @@ class AssignFixedPoint(Pass):
         return self._act_position(st, bits, partial_sums)
 
     def _partial_sums(self, v: Value) -> int:
-        """Truncations per output value: nnb's integer Conv truncates once per input channel."""
+        """Truncations per output value: nnabla-c-runtime's integer Conv truncates once per input channel."""
         node = v.producer()
-        if self.target != "nnb" or node is None or node.op not in CONV_OPS or self.act_rounding != "trunc":
+        if node is None or node.op not in self.rules.truncating_accumulation or self.act_rounding != "trunc":
             return 1
         w = node.input(1)
         return int(w.type.shape[1]) if node.op == "Conv" and isinstance(w.type.shape[1], int) else 1
@@ -232,7 +254,7 @@ class AssignFixedPoint(Pass):
                    calib: Calibration) -> tuple[dict[int, int], UnionFind]:
         fixed = [v for v in values if widths.get(id(v), FLOAT) != FLOAT]
         same = lambda a, b: widths[id(a)] == widths[id(b)]  # noqa: E731
-        classes = sharing_classes(graph, fixed, same, shared_inputs=self.target == "nnb")
+        classes = sharing_classes(graph, fixed, same, shared_inputs=self.rules.shared_input_ops)
         for node in graph.nodes:
             bias = node.inputs[2] if node.op in ("Conv", "ConvTranspose", "Dense") and len(node.inputs) > 2 else None
             if bias is not None and id(bias) in classes.parent and id(node.outputs[0]) in classes.parent:
@@ -255,13 +277,13 @@ class AssignFixedPoint(Pass):
             best = [p for m in members if (p := self._best(m, bits, calib, graph, parts)) is not None]
             if best:
                 position[root] = min(best)
-        if self.target == "nnb":
+        if self.rules.product_limit:
             self._constrain(graph, widths, classes, position, locked)
         return position, classes
 
     def _constrain(self, graph: Graph, widths: dict[int, int], classes: UnionFind,
                    position: dict[int, int], locked: set[int]) -> None:
-        """nnb: fy <= fx + fw for multiplying kernels whose operands are all one fixed type."""
+        """product_limit: fy <= fx + fw for multiplying kernels whose operands are all one fixed type."""
         changed = True
         while changed:
             changed = False
@@ -281,7 +303,7 @@ class AssignFixedPoint(Pass):
                     continue
                 if ry in locked:
                     raise UsageError(
-                        f"tensor {y.name!r} is pinned to position {position[ry]}, but nnb requires the output "
+                        f"tensor {y.name!r} is pinned to position {position[ry]}, but the target requires the output "
                         f"position of {node.op} {node.name!r} to be at most input + weight positions "
                         f"({x.name!r} {position[rx]} + {w.name!r} {position[rw]} = {limit})")
                 position[ry] = limit
@@ -295,7 +317,7 @@ class AssignFixedPoint(Pass):
                 continue
             width = widths.get(id(v), FLOAT)
             if width == FLOAT:
-                set_float(v, _float_reason(v, graph))
+                set_float(v, _float_reason(v, self.rules))
                 continue
             root = classes.find(v)
             if root not in position:
@@ -307,7 +329,7 @@ class AssignFixedPoint(Pass):
                 v.meta["report"] = parameter_entry(data, v.quant)
                 continue
             v.quant = FixedPoint(width, position[root], self.act_rounding)
-            v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.method, self.act_rounding,
+            v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.opts.method, self.act_rounding,
                                                 relu_only=relu_only(v, graph))
         for v in values:  # pinned fixed values get report fields too
             if pinned(v) and isinstance(v.quant, FixedPoint):
@@ -348,15 +370,15 @@ def _width_text(width: int) -> str:
     return "FLOAT32" if width == FLOAT else f"FIXED{width}"
 
 
-def _float_reason(v: Value, graph: Graph) -> str:
+def _float_reason(v: Value, rules: FixedPointRules) -> str:
     for node, index in v.uses():
         if is_bias_use(node, index):
             return (f"bias of {node.op} {node.name!r} takes the type of its output "
                     f"{node.outputs[0].name!r} (FLOAT32)")
-        if node.op in CONV_OPS:
-            return (f"nnb: {node.op} {node.name!r} runs in one type and its output "
+        if node.op in rules.one_type_ops:
+            return (f"target rule: {node.op} {node.name!r} runs in one type and its output "
                     f"{node.outputs[0].name!r} is FLOAT32")
     producer = v.producer()
-    if producer is not None and producer.op in CONV_OPS:
-        return f"nnb: {producer.op} {producer.name!r} runs in one type and an operand is FLOAT32"
+    if producer is not None and producer.op in rules.one_type_ops:
+        return f"target rule: {producer.op} {producer.name!r} runs in one type and an operand is FLOAT32"
     return "kept in float by an override"

@@ -3,20 +3,23 @@
 Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
 runs through the reference interpreter, an observer folds every float activation into a
 fixed-size `TensorStats` (qcc.quant.stats) and the interpreter frees the batch's tensors as it
-goes. The statistics are stored on the model as `model.products["calibration"]`, a
-`Calibration` that merges exactly with another one (other batches, other workers).
+goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
+`Calibration` that merges exactly with another one (other batches, other workers), valid until a
+pass changes the graph without preserving it (statistics of a graph that fold-bn has since
+changed are never used).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
 import numpy as np
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
+from qcc.passes.statistics import Calibration, CalibrationStats
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
@@ -24,37 +27,6 @@ from qcc.ir.registry import get_schema
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
-
-PRODUCT = "calibration"
-
-
-@attrs.define(eq=False)
-class Calibration:
-    """Per-tensor statistics by value name, and how many samples produced them."""
-
-    stats: dict[str, TensorStats] = attrs.field(factory=dict)
-    samples: int = 0
-
-    def get(self, name: str) -> TensorStats | None:
-        return self.stats.get(name)
-
-    def merge(self, other: Calibration) -> Calibration:
-        """Both calibrations together; a tensor only one side saw keeps that side's statistics."""
-        merged = dict(self.stats)
-        for name, st in other.stats.items():
-            merged[name] = merged[name].merge(st) if name in merged else st
-        return Calibration(merged, self.samples + other.samples)
-
-    def nbytes(self) -> int:
-        return sum(s.nbytes() for s in self.stats.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "stats": [s.to_dict() for s in self.stats.values()]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
-        stats = [TensorStats.from_dict(d) for d in data["stats"]]
-        return cls({s.name: s for s in stats}, int(data["samples"]))
 
 
 def _positive(name: str) -> Any:
@@ -95,7 +67,7 @@ class Calibrate(Pass):
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
                              "model input name, first axis = samples)")
         check_finite_params(model)
-        source = str(ctx.options.get("calib") or "calibration data")
+        source = ctx.calib_name
         feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)  # no whole-array temporaries
         count = len(next(iter(feeds.values()))) if feeds else 0
         if self.max_samples is not None:
@@ -104,11 +76,11 @@ class Calibrate(Pass):
         result = collect(model, {k: v[:count] for k, v in feeds.items()}, batch, self.num_bins,
                          ctx.progress, self.engine)
         _check(result, model, source, ctx)
-        previous = model.products.get(PRODUCT)
+        previous = ctx.analyses.peek(CalibrationStats, model)
         if self.merge and isinstance(previous, Calibration):
             result = previous.merge(result)
-        model.products[PRODUCT] = result
-        return PassResult(model, True, frozenset({"*"}))
+        ctx.analyses.store(CalibrationStats, model, result)
+        return PassResult.unchanged(model)
 
     def _batching(self, model: Model, count: int, source: str, ctx: PassContext) -> tuple[int, int]:
         """A static batch dimension (e.g. 1) fixes the batch; leftover samples are dropped."""
@@ -224,7 +196,8 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None]) -> R
 def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np.ndarray], None]) -> Runner:
     try:
         import onnxruntime as ort
-        from qcc.backends.onnx_export import OnnxWriter, export_graph, finish, value_info
+
+        from qcc.formats.onnx_export import OnnxWriter, export_graph, finish, value_info
     except ImportError as exc:
         raise UsageError(f"calibrate{{engine=onnxruntime}} needs onnxruntime and onnx ({exc})") from None
     writer = OnnxWriter(model)

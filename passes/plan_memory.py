@@ -1,6 +1,6 @@
 """`plan-memory`: plan every activation buffer and store the plan for the backends.
 
-The plan lives in `model.products["memory_plan"]`; the verifier re-checks it after every later
+The plan lives in `model.products` (a `MemoryPlan`); the verifier re-checks it after every later
 pass while the graph is unchanged, and treats it as stale (unusable) once the graph changes.
 """
 
@@ -12,7 +12,7 @@ import attrs
 
 from qcc.ir.core import Model
 from qcc.plan.liveness import LivenessAnalysis
-from qcc.plan.memory_plan import PLAN_KEY, PlanOptions, graph_fingerprint, plan_storage
+from qcc.plan.memory_plan import PlanOptions, graph_fingerprint, plan_storage
 from qcc.pm.base import ALL, Pass, PassContext, PassResult
 
 
@@ -21,6 +21,7 @@ class PlanMemory(Pass):
     """Plan activation buffers (arena offsets and/or shared objects), verified against the bounds."""
 
     name = "plan-memory"
+    late = True
 
     kind: Literal["arena", "shared", "both"] = attrs.field(
         default="both", metadata={"help": "arena (C backend), shared (.nnb) or both"})
@@ -34,5 +35,5 @@ class PlanMemory(Pass):
         options = PlanOptions(self.kind, self.alignment, self.aliases, self.inplace, self.scheme, self.time_budget)
         storage = ctx.analyses.get(LivenessAnalysis, model).storage(options.storage)
         plan = plan_storage(storage, options, graph_fingerprint(model.graph))
-        model.products[PLAN_KEY] = plan
+        model.products.put(plan)
         return PassResult(model, True, frozenset({ALL}))

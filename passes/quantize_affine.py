@@ -26,7 +26,6 @@ from typing import Literal
 
 import attrs
 import numpy as np
-from qcc.passes.calibrate import Calibration
 from qcc.passes.quantreport import activation_entry, parameter_entry, positive_part, without_zeros
 from qcc.passes.quantutil import (
     RangeMethod,
@@ -47,6 +46,7 @@ from qcc.passes.quantutil import (
     weight_axis,
     weight_uses,
 )
+from qcc.passes.statistics import Calibration
 
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
@@ -78,7 +78,7 @@ class QuantizeAffine(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        calib = start_annotation(model, self)
+        calib = start_annotation(model, ctx, self)
         graph = model.graph
         acts = [v for v in graph.values() if is_float(v) and not is_param(v) and not pinned(v)]
         if self.activations == "marked":

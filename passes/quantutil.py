@@ -14,19 +14,10 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from qcc.errors import InvalidInputError, UsageError
+from qcc.errors import InvalidInputError
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.pm.base import PassContext
-
-CONV_OPS = ("Conv", "ConvTranspose")
-"""nnabla-c-runtime runs these with one type for x, W, b and y."""
-
-SHARED_INPUT_OPS = frozenset({"Add", "Sub"})
-"""nnb's Add2/Sub2 rescale the finer input in place: their inputs share one position."""
-
-ASSIGN_PRODUCT = "quant_assign"
-"""model.products key: the annotation pass that ran last (re-run by `sensitivity`)."""
 
 NNABLA_OP_ALIASES = {"ReLU": "Relu", "AveragePooling": "AvgPool", "Affine": "Dense",
                      "Convolution": "Conv", "MaxPooling": "MaxPool", "Add2": "Add"}
@@ -155,9 +146,10 @@ class UnionFind:
 
 def sharing_classes(graph: Graph, candidates: Iterable[Value],
                     same: Callable[[Value, Value], bool] = lambda a, b: True,
-                    shared_inputs: bool = False, concat_requantizes: bool = False) -> UnionFind:
-    """Union values that carry one annotation: inherit-op inputs/outputs, Concat inputs, and
-    (with shared_inputs) Add/Sub inputs; `same(a, b)` can veto a link (e.g. different widths).
+                    shared_inputs: frozenset[str] = frozenset(), concat_requantizes: bool = False) -> UnionFind:
+    """Union values that carry one annotation: inherit-op inputs/outputs, Concat inputs, and the
+    two inputs of `shared_inputs` ops (a target rule: nnabla-c-runtime's in-place Add2/Sub2);
+    `same(a, b)` can veto a link (e.g. different widths).
 
     concat_requantizes: the runtime's Concat rescales each input (ONNX Runtime's QLinearConcat),
     so only an input that nothing else reads joins the output's class; one read elsewhere keeps
@@ -181,7 +173,7 @@ def sharing_classes(graph: Graph, candidates: Iterable[Value],
         elif inherits(node) and node.inputs:
             for out in node.outputs:
                 link(node.inputs[0], out)
-        elif shared_inputs and node.op in SHARED_INPUT_OPS and len(node.inputs) == 2:
+        elif node.op in shared_inputs and len(node.inputs) == 2:
             link(node.inputs[0], node.inputs[1])
     return uf
 
@@ -192,24 +184,30 @@ def _sole_reader(graph: Graph, value: Value | None, node: Node) -> bool:
         v is value for v in graph.outputs)
 
 
-def calibration(model: Model, who: str) -> Any:
-    """The statistics `calibrate` stored, or a usage error naming the pass that needs them."""
-    calib = model.products.get("calibration")
-    if calib is None:
-        raise UsageError(f"pass {who!r} needs calibration statistics: run 'calibrate' before it "
-                         "(with --calib DATA.npz)")
-    return calib
+def calibration(ctx: PassContext, model: Model, who: str) -> Any:
+    """The statistics `calibrate` computed for this graph, or a usage error naming the pass that needs them."""
+    from qcc.passes.statistics import CalibrationStats
+
+    return ctx.analyses.get(CalibrationStats(who), model)
 
 
-def start_annotation(model: Model, annotation_pass: Any) -> Any:
+def start_annotation(model: Model, ctx: PassContext, annotation_pass: Any) -> Any:
     """Common start of quantize-affine / assign-fixed-point: their statistics, finite parameters,
     previous (non-pinned) decisions forgotten, and the pass recorded for `sensitivity`."""
-    calib = calibration(model, annotation_pass.name)
+    calib = calibration(ctx, model, annotation_pass.name)
     check_finite_params(model)
-    model.products[ASSIGN_PRODUCT] = annotation_pass
+    model.products.put(LastAnnotation(annotation_pass))
     for value in model.graph.values():
         clear_decision(value)
     return calib
+
+
+@attrs.frozen
+class LastAnnotation:
+    """The annotation pass (with its options) that ran last on the model: `sensitivity` re-runs
+    it with some layers promoted."""
+
+    annotation_pass: Any
 
 
 def keep_unmarked_float(values: Iterable[Value]) -> None:

@@ -19,6 +19,7 @@ class Reorder(Pass):
     """Reorder nodes (a topological order) to lower the peak of live activation bytes (LB_off)."""
 
     name = "reorder"
+    late = True
 
     aliases: bool = attrs.field(default=False, metadata={"help": "view ops share their input's buffer"})
     inplace: bool = attrs.field(default=False, metadata={"help": "elementwise ops overwrite a dying input"})

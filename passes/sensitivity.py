@@ -24,8 +24,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
-    CONV_OPS,
+    LastAnnotation,
     check_choices,
     inherits,
     is_float,
@@ -86,13 +85,14 @@ class Sensitivity(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from qcc.data import bind_inputs
 
-        assign = model.products.get(ASSIGN_PRODUCT)
+        last = model.products.get(LastAnnotation)
+        assign = last.annotation_pass if last is not None else None
         if assign is None:
             raise UsageError("pass 'sensitivity' needs an annotation pass before it "
                              "(quantize-affine or assign-fixed-point)")
         if ctx.calib_data is None:
             raise UsageError("pass 'sensitivity' needs calibration data (--calib DATA.npz)")
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data), str(ctx.options.get("calib") or "calibration data"))
+        feeds, _ = bind_inputs(model, dict(ctx.calib_data), ctx.calib_name)
         feeds = {k: v[: self.samples] for k, v in feeds.items()}
         layers = find_layers(model)
         scores: list[tuple[str, float | None]] = []
@@ -134,7 +134,7 @@ class Sensitivity(Pass):
                 order: list[int], feeds: dict[str, np.ndarray], baseline: float | None) -> tuple[float | None, list[int]]:
         """Greedy: promote the next most sensitive layer, re-annotate, measure; keep the best."""
         saved = {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
-        scratch = PassContext(analyses=ctx.analyses, calib_data=ctx.calib_data, options=ctx.options)
+        scratch = attrs.evolve(ctx, report={})
         best, best_set = baseline, []
         promoted: list[int] = []
         for index in order:
@@ -157,10 +157,11 @@ class Sensitivity(Pass):
                saved: dict[int, tuple[Value, Any, dict[str, Any]]], ctx: PassContext) -> None:
         for value, quant, meta in saved.values():
             value.quant, value.meta = quant, copy.copy(meta)
-        fixed = type(assign).__name__ == "AssignFixedPoint"
-        nnb = getattr(assign, "target", "") == "nnb"
+        rules_for = getattr(assign, "rules_for", None)
+        fixed = rules_for is not None  # a fixed-point assignment: promote widths, not dtypes
+        one_type = rules_for(ctx).one_type_ops if rules_for is not None else frozenset()
         for index in chosen:
-            for v in promotion_set(model, layers[index][1], nnb):
+            for v in promotion_set(model, layers[index][1], one_type):
                 if v.meta.get("pinned"):
                     continue
                 if self.promote_to == "float":
@@ -188,19 +189,18 @@ def find_layers(model: Model) -> list[tuple[str, list[Value]]]:
     return layers
 
 
-def promotion_set(model: Model, values: list[Value], nnb: bool) -> list[Value]:
-    """A layer's values plus those sharing their annotation; under nnb a convolution's input too
-    (nnabla-c-runtime runs x, W, b, y of a Convolution in one type)."""
+def promotion_set(model: Model, values: list[Value], one_type_ops: frozenset[str] = frozenset()) -> list[Value]:
+    """A layer's values plus those sharing their annotation, and the input of a `one_type_ops`
+    layer (a target rule: nnabla-c-runtime runs x, W, b, y of a Convolution in one type)."""
     graph = model.graph
     floats = [v for v in graph.values() if is_float(v)]
     classes = sharing_classes(graph, floats)
     wanted = {classes.find(v) for v in values}
     out = [v for v in floats if classes.find(v) in wanted]
-    if nnb:
-        ids = {id(v) for v in values}
-        for node in graph.nodes:
-            if node.op in CONV_OPS and any(id(o) in ids for o in node.outputs):
-                out.append(node.input(0))
+    ids = {id(v) for v in values}
+    for node in graph.nodes:
+        if node.op in one_type_ops and any(id(o) in ids for o in node.outputs):
+            out.append(node.input(0))
     return out
 
 

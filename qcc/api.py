@@ -18,17 +18,26 @@ from qcc.ir.core import Model
 def write(model: Model, out: str | os.PathLike[str], target: str | None = None, **options: Any) -> Any:
     """Write `model` with a backend chosen by name or by OUT's extension; returns the backend.
 
-    The backend writes atomically (temp file + rename). Passes the backend `requires` must have
-    run on the model already (`model.passes_run`); otherwise this fails naming both.
+    `options` are the target's typed options (`qcc targets` lists them). The target's legalization
+    passes run on the model first (as at the end of a `qcc compile` pipeline), then the backend
+    writes atomically (temp file + rename). Passes the backend `requires` must have run on the
+    model already (`model.passes_run`); otherwise this fails naming both.
     """
     from qcc.plugins import backend_for
+    from qcc.pm.base import PassContext
+    from qcc.pm.manager import PassManager
+    from qcc.target import as_backend
 
     if not isinstance(model, Model):
         raise UsageError(f"qcc.write: expected a qcc.ir.Model, got {type(model).__name__}")
     path = os.fspath(out)
-    backend = backend_for(path, target)
+    backend = as_backend(backend_for(path, target))
+    typed = backend.make_options(**options)
     check_backend_requirements(backend, model)
-    backend.write(model, path, **options)
+    legalization = list(backend.legalization(typed))
+    if legalization:  # what `qcc compile` runs at the end of its pipeline
+        PassManager(legalization).run(model, PassContext(target=backend.constraints(typed)))
+    backend.write(model, path, typed)
     return backend
 
 

@@ -19,6 +19,7 @@ BUILTINS = Plugin(
         "sensitivity": "qcc.passes.sensitivity:Sensitivity",
         "plan-memory": "qcc.passes.plan_memory:PlanMemory",
         "reorder": "qcc.passes.reorder:Reorder",
+        "legalize-nnb": "qcc.backends.nnb.legalize:LegalizeNnb",
     },
     frontends={
         "onnx": "qcc.frontends.onnx:FRONTEND",

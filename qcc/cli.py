@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES, parents=[common])
     c.add_argument("model", help="input model (.onnx, .nnp, .pt2)")
     c.add_argument("-o", "--output", required=True, help="output file (.onnx/.nnb/.nnp) or directory (c)")
-    c.add_argument("--target", help="onnx | onnx-qdq | nnb | nnp | c (default: from the output's extension)")
+    c.add_argument("--target", metavar="TARGET[{OPTIONS}]",
+                   help="onnx | onnx-qdq | nnb | nnp | c, with options as in 'nnb{version=2,plan=nnabla}' "
+                        "(default: from the output's extension; `qcc targets` lists targets and options)")
     c.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME",
                    help="quantization scheme: " + ", ".join(SCHEMES))
     c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
@@ -50,9 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--network", help=".nnp network name")
     c.add_argument("--executor", help=".nnp executor name")
     c.add_argument("--batch-size", type=int, help="bind the batch dimension")
-    c.add_argument("--nnb-version", type=int, default=3, choices=(2, 3), help=".nnb format version")
-    c.add_argument("--api", type=int, default=44, help=".nnb api level")
-    c.add_argument("--plan", default="qcc", choices=("qcc", "nnabla"), help=".nnb buffer plan")
+    c.add_argument("--nnb-version", type=int, default=None, choices=(2, 3),
+                   help=".nnb format version (same as --target nnb{version=N})")
+    c.add_argument("--api", type=int, default=None, help=".nnb api level (same as --target nnb{api=N})")
+    c.add_argument("--plan", default=None, choices=("qcc", "nnabla"),
+                   help=".nnb buffer plan (same as --target nnb{plan=P})")
     c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
@@ -68,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--batch-size", type=int, help="bind the batch dimension")
 
     sub.add_parser("passes", help="list passes with their options and one-line docs", parents=[common])
+    sub.add_parser("targets", help="list targets: extensions, options, the constraints they impose",
+                   parents=[common])
     sub.add_parser("plugins", help="list plugin distributions and what they contribute", parents=[common])
     return parser
 
@@ -121,6 +127,45 @@ def _cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_targets(args: argparse.Namespace) -> int:
+    from qcc.plugins import registry
+    from qcc.target import as_backend
+
+    reg = registry()
+    for name in reg.names("backend"):
+        backend = as_backend(reg.backend(name))
+        kind = "directory" if backend.writes_directory else ", ".join(backend.extensions) or "(by --target only)"
+        print(f"{name}  [{reg.entry('backend', name).distribution}]  writes {kind}")
+        print(f"    {backend.doc() or '(no description)'}")
+        for opt in backend.option_infos():
+            print(f"    {opt.name}: {opt.type_text} = {opt.default!r}" + (f"  ({opt.help})" if opt.help else ""))
+        defaults = backend.make_options()
+        for line in describe_constraints(backend.constraints(defaults)):
+            print(f"    {line}")
+        legal = [p.name for p in backend.legalization(defaults)]
+        if legal:
+            print(f"    legalization: {', '.join(legal)}")
+    return 0
+
+
+def describe_constraints(constraints: Any) -> list[str]:
+    """What a target imposes, in words (for `qcc targets`)."""
+    lines = []
+    fp = constraints.fixed_point
+    if fp.frac_range is not None or fp.rounding != "half_even" or fp.one_type_ops or fp.product_limit:
+        parts = [f"positions {fp.frac_range[0]}..{fp.frac_range[1]}" if fp.frac_range else "",
+                 f"stores computed values by {fp.rounding}",
+                 f"one type for x, W, b, y of {', '.join(sorted(fp.one_type_ops))}" if fp.one_type_ops else "",
+                 f"{', '.join(sorted(fp.shared_input_ops))} inputs share a position" if fp.shared_input_ops else "",
+                 "product outputs at most input + weight positions" if fp.product_limit else ""]
+        lines.append("fixed point: " + "; ".join(p for p in parts if p))
+    if constraints.integer_affine:
+        lines.append("affine: integer kernels (int32 accumulation, integer requantization)")
+    if constraints.schemes is not None:
+        lines.append("schemes: " + ", ".join(sorted(constraints.schemes)))
+    return lines
+
+
 def _cmd_plugins(args: argparse.Namespace) -> int:
     from qcc.plugins import registry
 
@@ -166,7 +211,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         set_autoload(False)
     handlers: dict[str, Any] = {"compile": _cmd_compile, "inspect": _cmd_inspect, "passes": _cmd_passes,
-                                "plugins": _cmd_plugins}
+                                "targets": _cmd_targets, "plugins": _cmd_plugins}
     try:
         return int(handlers[args.command](args))
     except QccError as exc:

@@ -26,10 +26,12 @@ from qcc.errors import (
     naming,
 )
 from qcc.ir.core import Model
+from qcc.pipelines import default_pipeline, with_target_passes
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
 from qcc.pm.manager import PassManager, build_passes, check_order
 from qcc.pm.spec import PassSpec
+from qcc.target import Backend, as_backend
 
 SCHEMES = ("none", "int8", "uint8", "fixed8", "fixed16", "fixed8-16", "binary-weight", "binary-connect")
 METHODS = ("minmax", "percentile", "entropy", "mse")
@@ -50,9 +52,10 @@ class CompileOptions:
     network: str | None = None
     executor: str | None = None
     batch_size: int | None = None
-    nnb_version: int = 3
-    api: int = 44
-    plan: str = "qcc"
+    target_options: dict[str, Any] | None = None
+    nnb_version: int | None = None  # legacy spellings of target nnb's options
+    api: int | None = None
+    plan: str | None = None
     time_passes: bool = False
     print_after_all: bool = False
     dump_ir: str | None = None
@@ -86,13 +89,6 @@ def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **opti
                                 f"{str(exc)[:300]}") from None
 
 
-def default_pipeline(scheme: str, backend: Any, opts: CompileOptions) -> str:
-    """The pipeline a scheme implies for a target (see docs/passes.md)."""
-    from qcc.pipelines import default_pipeline as pick
-
-    return pick(scheme, getattr(backend, "name", ""), opts)
-
-
 def compile(
     model: str | os.PathLike[str] | Model | Any,
     output: str | os.PathLike[str],
@@ -119,21 +115,20 @@ def _compile(
     instruments: Sequence[Instrument],
     **options: Any,
 ) -> tuple[Model, dict[str, Any]]:
-    from qcc.plugins import backend_for
-
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
     if opts.quantize not in SCHEMES:
         raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
     if opts.method is not None and opts.method not in METHODS:
         raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
     out = os.fspath(output)
-    backend = backend_for(out, opts.target)
+    backend, target_opts = resolve_target(out, opts)
+    constraints = backend.constraints(target_opts)
     if isinstance(model, Model):
         loaded = model
     else:
         loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
     if opts.settings:
-        from qcc.settings_yaml import apply_settings_file
+        from qcc.formats.settings_yaml import apply_settings_file
 
         apply_settings_file(loaded, opts.settings)
     if passes is not None and not isinstance(passes, str):
@@ -141,9 +136,12 @@ def _compile(
     elif opts.passes is not None:
         pipeline = build_passes(opts.passes)
     else:
-        pipeline = build_passes(default_pipeline(opts.quantize, backend, opts))
+        pipeline = build_passes(default_pipeline(opts.quantize, opts))
+    explicit = passes is not None or opts.passes is not None
+    pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
-    ctx = PassContext(options=attrs.asdict(opts), progress=sys.stderr.isatty())
+    ctx = PassContext(target=constraints, calib_name=str(opts.calib or "calibration data"),
+                      overrides=tuple(opts.overrides), progress=sys.stderr.isatty())
     if opts.calib:
         from qcc.data import load_npz
 
@@ -162,14 +160,17 @@ def _compile(
     if reference is not None:  # before writing: bad --eval data must leave no output behind
         from qcc.reporting import evaluate
 
-        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval),
-                                      integer_affine=getattr(backend, "integer_affine", False))
-    written = backend.write(compiled, out, **_backend_options(opts))
-    for entry in written or ():  # a backend may return the tensors it leaves in float
+        # legalization ran in the pipeline: the model evaluated here is the model written below
+        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval), integer_affine=constraints.integer_affine)
+    written = backend.write(compiled, out, target_opts)
+    for entry in written.float_fallbacks:
         ctx.note("float_fallbacks", entry)
+    if written.summary:
+        ctx.report[backend.name] = dict(written.summary)
     if timer:
         timer.report()
     report = build_report(compiled, ctx, opts, out, backend)
+    report["target_options"] = attrs.asdict(target_opts)
     if opts.report:
         from qcc.io import atomic_write_bytes
 
@@ -177,9 +178,44 @@ def _compile(
     return compiled, report
 
 
-def _backend_options(opts: CompileOptions) -> dict[str, Any]:
-    return {"nnb_version": opts.nnb_version, "api": opts.api, "plan": opts.plan, "settings": opts.settings,
-            "quantize": opts.quantize}
+LEGACY_TARGET_FLAGS = {"nnb_version": ("--nnb-version", "version"), "api": ("--api", "api"), "plan": ("--plan", "plan")}
+"""Flags older than target options: each sets one option of target nnb."""
+
+
+def resolve_target(out: str, opts: CompileOptions) -> tuple[Backend, Any]:
+    """The backend (from `--target NAME{options}` or OUT's extension) and its typed options.
+
+    Options come from the spec string, then `target_options=` (API), then the legacy .nnb flags;
+    a flag or option the chosen target does not have is a usage error naming both.
+    """
+    from qcc.plugins import backend_for
+    from qcc.pm.spec import parse_spec
+
+    name, raw = None, {}
+    if opts.target:
+        items = parse_spec(opts.target)
+        if len(items) != 1:
+            raise UsageError(f"--target {opts.target!r}: name one target, e.g. nnb or nnb{{version=2}}")
+        name, raw = items[0].name, dict(items[0].options)
+    backend = as_backend(backend_for(out, name))
+    if name is None and backend.name == "onnx" and opts.quantize != "none":
+        backend = as_backend(backend_for(out, "onnx-qdq"))  # .onnx with a quantizing scheme: QDQ
+    backend.constraints(backend.parse_options({})).check_scheme(opts.quantize)
+    options = backend.parse_options(raw)
+    values = dict(opts.target_options or {})
+    for key, (flag, option) in LEGACY_TARGET_FLAGS.items():
+        given = getattr(opts, key)
+        if given is None:
+            continue
+        if backend.name != "nnb":
+            raise UsageError(f"{flag} is an option of target nnb; the target here is {backend.name!r}")
+        values[option] = given
+    known = {f.name for f in attrs.fields(type(options))}
+    if opts.settings and "settings" in known:
+        values.setdefault("settings", opts.settings)  # a target that reads the settings file itself
+    if values:
+        options = backend.make_options(**{**attrs.asdict(options, recurse=False), **values})
+    return backend, options
 
 
 def build_report(model: Model, ctx: PassContext, opts: CompileOptions, out: str, backend: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from qcc.errors import UnsupportedError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import FixedPoint, TensorType
 from qcc.plan import ArenaPlan, verify_arena
+from qcc.plan.memory_plan import MemoryPlan
 from qcc.sim.fixed import run_fixed
 from qcc.sim.interpreter import run_model
 from tests.fixed_models import annotate_fixed
@@ -188,7 +189,7 @@ def _out_size(model: Model) -> int:
 
 
 def test_float_coverage_matches_onnxruntime(tmp_path: Path) -> None:
-    from qcc.backends.onnx_export import to_onnx
+    from qcc.formats.onnx_export import to_onnx
 
     model = coverage_model(fixed_only=False)
     exe = build(model, tmp_path / "cov_f32")
@@ -289,23 +290,23 @@ def test_arena_follows_the_plan_and_honours_views_and_in_place() -> None:
     offsets, top = {}, 0
     for b in lay.buffers:
         offsets[b.name], top = top, top + -(-b.size // 4) * 4
-    model.products["memory_plan"] = ArenaPlan(offsets, top, 0, "naive", False, 4)
+    model.products.put(ArenaPlan(offsets, top, 0, "naive", False, 4))
     gen2 = generate(model, "net")
     assert gen2.layout.source == "memory_plan" and gen2.arena_bytes == top
     # ... and ignored when it overlaps live tensors
-    model.products["memory_plan"] = ArenaPlan({b.name: 0 for b in lay.buffers}, 4, 0, "broken", False, 4)
+    model.products.put(ArenaPlan({b.name: 0 for b in lay.buffers}, 4, 0, "broken", False, 4))
     assert generate(model, "net").layout.source == "qcc.plan.plan_arena"
 
 
 @pytest.mark.parametrize("options", ["kind=arena", "kind=both,aliases=true,inplace=true,alignment=4"])
 def test_plan_memory_offsets_are_used(tmp_path: Path, options: str) -> None:
     """With plan-memory in the pipeline the arena is its plan (views it did not alias are copied)."""
-    spec = ("fold-bn,calibrate,assign-fixed-point{bits=16,weight_bits=16,target=nnb},"
+    spec = ("fold-bn,calibrate,assign-fixed-point{bits=16,weight_bits=16,rules=nnabla-c-runtime},"
             f"plan-memory{{{options}}}")
     out = tmp_path / "planned"
     model, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, passes=spec, calib=str(DIGITS / "calib.npz"))
     gen = generate(model, "planned")
-    stored = model.products["memory_plan"]
+    stored = model.products[MemoryPlan]
     assert gen.layout.source == "memory_plan"
     assert gen.arena_bytes == stored.arena.total
     for value in [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]:

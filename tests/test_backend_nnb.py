@@ -17,14 +17,16 @@ import pytest
 from qcc.backends.nnb.backend import build_nnb
 from qcc.backends.nnb.format import DataType, NnbFile, read_nnb, write_nnb
 from qcc.backends.nnb.functions import default_table
+from qcc.backends.nnb.legalize import LegalizeNnb
 from qcc.backends.nnb.lift import lift_nnb
 from qcc.backends.nnb.plan import lifetimes
 
 from qcc.driver import compile as qcc_compile
 from qcc.driver import load
-from qcc.errors import InvalidInputError, UnsupportedError
+from qcc.errors import InternalError, InvalidInputError, UnsupportedError
 from qcc.ir.core import Graph, Model
 from qcc.ir.types import FixedPoint, TensorType
+from qcc.pm import PassContext, PassManager
 from qcc.sim.fixed import FixedRunner, fixed_of, quantize_round
 from qcc.sim.interpreter import run_model
 
@@ -237,7 +239,7 @@ def test_nnabla_reorders_branches_and_qcc_follows(nnp_models: tuple[Path, list[s
     latter (so the byte identity above is not an accident of a chain)."""
     from qcc.backends.nnb.compat import _expander_order
 
-    from qcc.frontends.nnp_archive import read_nnp
+    from qcc.formats.nnp_archive import read_nnp
 
     d, _ = nnp_models
     network = read_nnp(d / "resnet.nnp").proto.network[0]
@@ -255,10 +257,10 @@ def test_qcc_plan_buffers_below_nnabla_files(nnp_models: tuple[Path, list[str]])
         for case in ("v3", "fixed16-v3"):
             theirs = read_nnb((d / f"{name}.{case}.nnabla.nnb").read_bytes(), "nnabla")
             settings = str(d / f"{name}.fixed16.yaml") if case != "v3" else None
-            model, _ = qcc_compile(str(d / f"{name}.nnp"), str(d / f"{name}.{case}.own.nnb"), settings=settings)
+            _, report = qcc_compile(str(d / f"{name}.nnp"), str(d / f"{name}.{case}.own.nnb"), settings=settings)
             ours = read_nnb((d / f"{name}.{case}.own.nnb").read_bytes(), "qcc")
-            bound = model.products["nnb"]["buffer_lower_bound"]
-            assert sum(ours.buffers) == model.products["nnb"]["buffer_bytes"] >= bound
+            bound = report["nnb"]["buffer_lower_bound"]
+            assert sum(ours.buffers) == report["nnb"]["buffer_bytes"] >= bound
             if sum(theirs.buffers) == bound:
                 assert sum(ours.buffers) == bound, (name, case)
             else:
@@ -385,11 +387,21 @@ def test_rules_adjust_qcc_positions_and_refuse_pinned_ones(tmp_path: Path) -> No
     """Output position above input + weight positions: qcc raises the weight's (it fits); with
     the weight and output pinned it is an error naming them."""
     model = _dense_model(4, 2, 9, pinned=False)
-    result = build_nnb(model)
+    with pytest.raises(InternalError, match=r"'w' is fixed\(16,2\).*input \+ weight.*legalize-nnb"):
+        build_nnb(model)  # the writer only checks: it never changes a model silently
+    notes = _legalize(model)
     assert model.graph.constants[0].quant == FixedPoint(16, 5)
-    assert any("w: fixed(16,2) -> fixed(16,5)" in n for n in result.notes)
+    assert any("w: fixed(16,2) -> fixed(16,5)" in n for n in notes)
+    build_nnb(model)
     with pytest.raises(UnsupportedError, match=r"'fc'.*pinned"):
-        build_nnb(_dense_model(4, 2, 9, pinned=True))
+        _legalize(_dense_model(4, 2, 9, pinned=True))
+
+
+def _legalize(model: Model) -> list[str]:
+    """The nnb target's legalization, as the driver runs it; the notes it reports."""
+    ctx = PassContext()
+    PassManager([LegalizeNnb()]).run(model, ctx)
+    return list(ctx.report.get("legalization", []))
 
 
 def _add_model(pinned: bool) -> Model:
@@ -409,11 +421,13 @@ def test_add_inputs_end_up_at_one_position(tmp_path: Path) -> None:
     (exactly what the simulator's Add computes, without the runtime's in-place rescale)."""
     x = np.random.RandomState(2).uniform(-20, 20, (5, 8)).astype(np.float32)
     model = _add_model(pinned=False)
+    _legalize(model)
     result = build_nnb(model)
     assert model.graph.nodes[0].outputs[0].quant == FixedPoint(16, 10)
     assert [read_kind(result.nnb, f) for f in result.nnb.functions] == ["ReLU", "Add2"]
     pinned = _add_model(pinned=True)
     path = tmp_path / "add.nnb"
+    _legalize(pinned)
     path.write_bytes(build_nnb(pinned).data)
     nnb = read_nnb(path.read_bytes(), str(path))
     assert [read_kind(nnb, f) for f in nnb.functions] == ["ReLU", "Identity", "Add2"]

@@ -17,15 +17,15 @@ import pytest
 pytest.importorskip("nnabla")
 
 from qcc.backends.nnp import to_nnp_bytes
-from qcc.backends.onnx_export import to_onnx
 
 from qcc.cli import main as cli
 from qcc.errors import InvalidInputError, UnsupportedError, UsageError
+from qcc.formats.onnx_export import to_onnx
+from qcc.formats.settings_yaml import apply_settings, export_settings
 from qcc.frontends.nnp import load_nnp
 from qcc.ir.core import Model
 from qcc.ir.surgery import insert_after
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
-from qcc.settings_yaml import apply_settings, export_settings
 from qcc.sim.interpreter import run_model
 from tests.nnabla_zoo import (
     digits_data,

@@ -17,9 +17,8 @@ torch: Any = pytest.importorskip("torch")
 nn: Any = torch.nn
 F: Any = torch.nn.functional
 
-from qcc.backends.onnx_export import to_onnx  # noqa: E402
-
 from qcc.errors import UnsupportedError  # noqa: E402
+from qcc.formats.onnx_export import to_onnx  # noqa: E402
 from qcc.frontends.torch import decomposition_table, load_exported, load_module  # noqa: E402
 from qcc.ir.core import Model  # noqa: E402
 from qcc.sim import run_model  # noqa: E402

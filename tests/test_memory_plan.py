@@ -24,7 +24,6 @@ from qcc.plan import Buffer, plan_arena, plan_shared, verify_arena, verify_share
 from qcc.plan.arena_search import search_arena
 from qcc.plan.liveness import LivenessAnalysis, StorageOptions, compute_storage
 from qcc.plan.memory_plan import (
-    PLAN_KEY,
     MemoryPlan,
     PlanOptions,
     current_plan,
@@ -437,7 +436,7 @@ def test_plan_memory_pass_stores_a_checked_plan_and_detects_staleness() -> None:
     model = small_chain()
     ctx = PassContext()
     model = PassManager("plan-memory{kind=both,alignment=8,aliases=true,inplace=true}").run(model, ctx).model
-    plan = model.products[PLAN_KEY]
+    plan = model.products[MemoryPlan]
     assert isinstance(plan, MemoryPlan) and plan_status(model) == "current" and current_plan(model) is plan
     assert plan.options.alignment == 8 and plan.options.aliases and plan.options.inplace
     assert plan.offset_of("drop") == plan.offset_of("relu")  # a view shares its input's offset
@@ -449,12 +448,12 @@ def test_plan_memory_pass_stores_a_checked_plan_and_detects_staleness() -> None:
     assert plan.arena is not None
     bad = dict(plan.arena.offsets)
     bad[plan.buffer_of["relu"]] = bad[plan.buffer_of["sig"]] = 0
-    model.products[PLAN_KEY] = attrs.evolve(plan, arena=attrs.evolve(plan.arena, offsets=bad))
+    model.products.put(attrs.evolve(plan, arena=attrs.evolve(plan.arena, offsets=bad)))
     problems = verify_model(model)
     assert problems and all(p.startswith("memory_plan: arena:") for p in problems)
 
     # once a later pass changes the graph, the plan is stale: not checked, not used
-    model.products[PLAN_KEY] = plan
+    model.products.put(plan)
     model = PassManager("reorder,dce").run(model).model  # unchanged graph: still current
     assert plan_status(model) == "current"
     value = model.graph.value_map()["sig"]
@@ -486,7 +485,7 @@ def test_reorder_pass_lowers_the_peak_of_a_badly_ordered_graph() -> None:
     (entry,) = ctx.report["reorder"]
     wide_bytes = 16 * 64 * 4
     assert entry["original_peak_bytes"] >= 4 * wide_bytes
-    assert entry["peak_bytes"] < 2 * wide_bytes and entry["peak_bytes"] == model.products[PLAN_KEY].lb_off
+    assert entry["peak_bytes"] < 2 * wide_bytes and entry["peak_bytes"] == model.products[MemoryPlan].lb_off
     np.testing.assert_array_equal(run_model(model, feeds)["cat"], expected)
 
 

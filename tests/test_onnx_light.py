@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from qcc.backends.onnx_export import to_onnx
 
+from qcc.formats.onnx_export import to_onnx
 from qcc.frontends.onnx import import_proto
 from qcc.ir import parse_model, print_model, verify_model
 from qcc.pm import PassManager

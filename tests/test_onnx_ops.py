@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from qcc.backends.onnx_export import to_onnx
 
+from qcc.formats.onnx_export import to_onnx
 from qcc.frontends.onnx import import_proto
 from qcc.sim import run_model
 from tests.onnx_zoo import ort_run

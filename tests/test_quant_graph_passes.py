@@ -6,11 +6,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from qcc.passes.statistics import CalibrationStats
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import Affine, Float32, Sign, TensorType
-from qcc.pm import PassContext, PassManager, build_passes
+from qcc.pm import AnalysisManager, PassContext, PassManager, build_passes
 from qcc.sim import run_model
 from qcc.testing import clone_model, constant, make_model, op_counts, random_feeds
 from tests.test_quant_passes import DIGITS, by_name, digits
@@ -188,12 +189,12 @@ def _small() -> Model:
 
 def test_calibration_streams_and_merges_exactly() -> None:
     data = rng_array(1000, 8, seed=3, low=-3, high=3)
-    whole = _small()
-    PassManager("calibrate{batch_size=7}").run(whole, PassContext(calib_data={"x": data}))
-    parts = _small()
-    PassManager("calibrate").run(parts, PassContext(calib_data={"x": data[:400]}))
-    PassManager("calibrate{merge=true}").run(parts, PassContext(calib_data={"x": data[400:]}))
-    a, b = whole.products["calibration"], parts.products["calibration"]
+    whole, whole_ctx = _small(), PassContext(calib_data={"x": data})
+    PassManager("calibrate{batch_size=7}").run(whole, whole_ctx)
+    parts, analyses = _small(), AnalysisManager()  # one analysis cache across the two runs
+    PassManager("calibrate").run(parts, PassContext(analyses, calib_data={"x": data[:400]}))
+    PassManager("calibrate{merge=true}").run(parts, PassContext(analyses, calib_data={"x": data[400:]}))
+    a, b = whole_ctx.analyses.peek(CalibrationStats, whole), analyses.peek(CalibrationStats, parts)
     assert a.samples == b.samples == 1000
     for name in ("x", "dense", "relu"):
         np.testing.assert_array_equal(a.stats[name].hist, b.stats[name].hist)
@@ -227,7 +228,7 @@ def test_static_batch_of_one_and_progress(capsys: pytest.CaptureFixture[str]) ->
         PassManager("calibrate{batch_size=64}").run(model, ctx)
     finally:
         calibrate_module.collect = original
-    assert calls == [1] and model.products["calibration"].samples == 5
+    assert calls == [1] and ctx.analyses.peek(CalibrationStats, model).samples == 5
     assert "calibrate [" in capsys.readouterr().err
 
 
@@ -285,7 +286,7 @@ def test_constant_and_zero_tensors_get_the_documented_safe_choice(scheme: str) -
     ("quantize-affine{percentile=0}", "percentile must be in"),
     ("quantize-affine{weight_bits=6}", "not one of 8|7"),
     ("assign-fixed-point{bits=12}", "not one of 8|16"),
-    ("assign-fixed-point{target=tflite}", "not one of nnb|generic"),
+    ("assign-fixed-point{rules=tflite}", "not one of target|nnabla-c-runtime|any"),
     ("binarize-weights{mode=ternary}", "not one of binary-weight|binary-connect"),
     ("binarize-weights{ops=Relu}", "works on Conv and Dense"),
     ("apply-overrides{rules=conv*}", "expected PATTERN=TYPE"),
@@ -308,9 +309,9 @@ def test_onnxruntime_engine_collects_the_same_statistics() -> None:
     calib = dict(np.load(DIGITS / "calib.npz"))
     runs = []
     for engine in ("qcc", "onnxruntime"):
-        model = digits()
-        PassManager(f"fold-bn,calibrate{{engine={engine}}},quantize-affine").run(model, PassContext(calib_data=calib))
-        runs.append((model.products["calibration"], by_name(model)))
+        model, ctx = digits(), PassContext(calib_data=calib)
+        PassManager(f"fold-bn,calibrate{{engine={engine}}},quantize-affine").run(model, ctx)
+        runs.append((ctx.analyses.peek(CalibrationStats, model), by_name(model)))
     (a, qa), (b, qb) = runs
     assert set(a.stats) == set(b.stats) and a.samples == b.samples == 359
     for name, st in a.stats.items():
@@ -319,3 +320,14 @@ def test_onnxruntime_engine_collects_the_same_statistics() -> None:
     for name, value in qa.items():
         if isinstance(value.quant, Affine):
             np.testing.assert_allclose(value.quant.scale, qb[name].quant.scale, rtol=1e-5)  # type: ignore[union-attr]
+
+
+def test_calibration_statistics_do_not_outlive_a_graph_change() -> None:
+    """Statistics are an analysis of one graph: fold-bn after calibrate drops them, so an
+    annotation pass cannot choose ranges from tensors that no longer exist."""
+    calib = dict(np.load(DIGITS / "calib.npz"))
+    with pytest.raises(UsageError, match=r"'quantize-affine' needs calibration statistics.*no graph-changing pass"):
+        PassManager("calibrate,fold-bn,quantize-affine").run(digits(), PassContext(calib_data=calib))
+    model = digits()
+    PassManager("fold-bn,calibrate,quantize-affine").run(model, PassContext(calib_data=calib))
+    assert all(v.quant is not None for v in model.graph.values() if v.type.dtype == "float32")

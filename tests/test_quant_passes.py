@@ -20,6 +20,7 @@ from qcc.ir.types import Affine, FixedPoint, Float32
 from qcc.pm import PassContext, PassManager
 from qcc.sim import run_model
 from qcc.sim.fixed import is_fixed_model
+from qcc.target import NNABLA_C_RUNTIME, Constraints
 from tests.cli_util import DIGITS
 
 
@@ -34,10 +35,14 @@ def digits() -> Model:
     return load(str(DIGITS / "digits_cnn.onnx"))
 
 
+NNB = Constraints("nnb", fixed_point=NNABLA_C_RUNTIME)
+"""What the driver puts in the context for the nnb (and C) targets."""
+
+
 def compile_digits(spec: str, overrides: tuple[str, ...] = ()) -> tuple[Model, PassContext]:
     calib, _, _ = _data()
     model = digits()
-    ctx = PassContext(calib_data=calib, options={"overrides": overrides})
+    ctx = PassContext(calib_data=calib, overrides=tuple(overrides), target=NNB)
     PassManager(spec).run(model, ctx)
     return model, ctx
 
@@ -87,7 +92,7 @@ def test_fixed8_16_keeps_nnb_convolutions_in_one_type() -> None:
     assert values["conv2.weight"].quant.bits == 16  # type: ignore[union-attr]
     assert values["fc.weight_t"].quant.bits == 8  # type: ignore[union-attr]  # Dense may mix
     assert any("conv2.weight" in line for line in ctx.report["fixed_point"])
-    generic, _ = compile_digits("fold-bn,calibrate,assign-fixed-point{bits=16,weight_bits=8,target=generic}")
+    generic, _ = compile_digits("fold-bn,calibrate,assign-fixed-point{bits=16,weight_bits=8,rules=any}")
     assert by_name(generic)["conv2.weight"].quant.bits == 8  # type: ignore[union-attr]
     assert accuracy(model, True) >= float_accuracy() - 0.01
 
@@ -137,7 +142,7 @@ def test_pins_win_and_conflicts_name_the_tensor() -> None:
     with pytest.raises(UsageError, match=r"bn2=FIXED16.*relu1=FIXED8|relu1=FIXED8.*bn2=FIXED16"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}",
                        ("bn2=FIXED16", "relu1=FIXED8"))
-    with pytest.raises(UsageError, match=r"outside nnb's 0\.\.15"):
+    with pytest.raises(UsageError, match=r"outside the target's 0\.\.15"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}", ("relu1=FIXED16_20",))
     with pytest.raises(UsageError, match="affine type"):
         compile_digits("fold-bn,apply-overrides,calibrate,assign-fixed-point{bits=8}", ("relu1=INT8",))
@@ -225,7 +230,7 @@ def test_report_fields_of_annotated_tensors() -> None:
 
 
 def test_sensitivity_ranks_layers_and_meets_a_target() -> None:
-    spec = "fold-bn,calibrate,assign-fixed-point{bits=8,method=minmax,target=generic},sensitivity{target_sqnr=25}"
+    spec = "fold-bn,calibrate,assign-fixed-point{bits=8,method=minmax,rules=any},sensitivity{target_sqnr=25}"
     model, ctx = compile_digits(spec)
     section = ctx.report["sensitivity"]
     names = [e["layer"] for e in section["layers"]]
@@ -257,8 +262,8 @@ def test_sensitivity_keeps_the_best_model_and_needs_an_annotation_pass() -> None
 
 
 def test_settings_yaml_pins_are_honoured(tmp_path: Any) -> None:
+    from qcc.formats.settings_yaml import apply_settings_file
     from qcc.quant.fixedpoint import param_fixed_point_position
-    from qcc.settings_yaml import apply_settings_file
 
     settings = tmp_path / "settings.yaml"
     settings.write_text("variables:\n  relu1: FIXED8_4\n  conv2.weight: FIXED8\n")
@@ -283,24 +288,37 @@ def test_quantize_nodes_on_weights_get_per_channel_annotations() -> None:
 
 
 def test_default_pipelines() -> None:
+    """The scheme's pipeline is the same for every target; targets add their legalization and plan."""
     from types import SimpleNamespace
 
-    from qcc.pipelines import default_pipeline
+    from qcc.pipelines import default_pipeline, with_target_passes
+    from qcc.plugins import registry
+    from qcc.pm.manager import build_passes
+    from qcc.target import as_backend
 
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
-    assert default_pipeline("none", "onnx", opts) == ""
-    assert default_pipeline("uint8", "onnx-qdq", opts) == \
+    assert default_pipeline("none", opts) == ""
+    assert default_pipeline("uint8", opts) == \
         "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
-    assert default_pipeline("fixed8", "nnb", opts).endswith(
-        "{bits=8,weight_bits=8,method=mse,target=nnb},plan-memory{kind=shared}")
-    assert "target=generic" in default_pipeline("fixed16", "onnx-qdq", opts)
-    assert default_pipeline("binary-connect", "nnb", opts) == \
-        "binarize-weights{mode=binary-connect},plan-memory{kind=shared}"
-    assert default_pipeline("none", "c", opts) == "plan-memory{kind=arena,aliases=true,inplace=true}"
+    assert default_pipeline("fixed8", opts).endswith("assign-fixed-point{bits=8,weight_bits=8,method=mse}")
+    assert default_pipeline("binary-connect", opts) == "binarize-weights{mode=binary-connect}"
     with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
                                         "method": "entropy"})
-    assert default_pipeline("int8", "onnx", with_overrides) == \
+    assert default_pipeline("int8", with_overrides) == \
         "fold-bn,apply-overrides,calibrate,quantize-affine{dtype=int8,per_channel=false,method=entropy}"
     for scheme in ("int8", "uint8", "fixed8", "fixed16", "fixed8-16"):
         with pytest.raises(UsageError, match="--calib"):
-            default_pipeline(scheme, "onnx", SimpleNamespace(**{**vars(opts), "calib": None}))
+            default_pipeline(scheme, SimpleNamespace(**{**vars(opts), "calib": None}))
+
+    def full(scheme: str, target: str, explicit: str | None = None) -> list[str]:
+        backend = as_backend(registry().backend(target))
+        passes = build_passes(explicit if explicit is not None else default_pipeline(scheme, opts))
+        return [p.name for p in with_target_passes(passes, backend, backend.make_options(), explicit is None)]
+
+    assert full("fixed8", "nnb")[-2:] == ["legalize-nnb", "plan-memory"]
+    assert full("none", "c") == ["plan-memory"]
+    assert full("int8", "onnx-qdq")[-1] == "quantize-affine"
+    # an explicit pipeline gets the legalization too, before its own late passes
+    assert full("fixed8", "nnb", "fold-bn,calibrate,assign-fixed-point,plan-memory{kind=shared}") == \
+        ["fold-bn", "calibrate", "assign-fixed-point", "legalize-nnb", "plan-memory"]
+

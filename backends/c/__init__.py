@@ -9,34 +9,49 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
+import attrs
 from qcc.backends.c.emit import Generated, generate
 
 from qcc.io import atomic_directory
 from qcc.ir.core import Model
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
 
 __all__ = ["BACKEND", "CBackend", "Generated", "generate"]
 
 
-class CBackend:
-    name = "c"
-    extensions: tuple[str, ...] = ()
-    output_is_directory = True
-    requires: tuple[str, ...] = ()
-    integer_affine = True
-    """Affine models run in integer arithmetic (qcc.sim.affine_int): --eval simulates that."""
+@attrs.frozen
+class COptions:
+    name: str | None = attrs.field(
+        default=None, metadata={"help": "file stem and symbol prefix (default: the output directory's name)"})
 
-    def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
+
+class CBackend(Backend):
+    """Standalone C99 source: float, fixed point (nnabla-c-runtime's arithmetic) or affine int8."""
+
+    name = "c"
+    writes_directory = True
+    Options = COptions
+
+    def constraints(self, options: COptions) -> Constraints:
+        # fixed point computes exactly what nnabla-c-runtime computes; affine models run on
+        # integer kernels (qcc.sim.affine_int), which --eval simulates
+        return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME, integer_affine=True)
+
+    def memory_plan(self, options: COptions) -> str | None:
+        return "plan-memory{kind=arena,aliases=true,inplace=true}"
+
+    def serialize(self, model: Model, out: str | os.PathLike[str], options: COptions) -> WriteResult:
         """Generate everything first (errors leave no output), then write the directory atomically.
 
-        The file stem is the output directory's name as a C identifier (option `c_name` overrides).
+        The file stem is the output directory's name as a C identifier (option `name` overrides).
         """
         target = Path(out)
-        generated = generate(model, options.get("c_name") or target.name or "model")
+        generated = generate(model, options.name or target.name or "model")
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)
+        return WriteResult()
 
 
 BACKEND = CBackend()

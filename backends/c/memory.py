@@ -4,7 +4,7 @@ Liveness is by step (node index), inclusive: graph inputs from step 0, graph out
 (the final copy out). Storage groups: views share their input's storage; an op whose kernel can
 run in place (elementwise, same element size and count) writes over an input that dies there.
 
-A current `model.products["memory_plan"]` (pass `plan-memory`, kind arena or both) is used as
+A current `MemoryPlan` in `model.products` (pass `plan-memory`, kind arena or both) is used as
 it is when every storage sharing it decided is one these kernels can execute (its views must be
 aliases here too) and its offsets pass qcc.plan.verify_arena for these buffers; so is a bare
 ArenaPlan naming our buffers. Otherwise qcc.plan.plan_arena plans our own groups.
@@ -53,8 +53,8 @@ def layout(model: Model, steps: Sequence[Step], nbytes: Sizer, alignment: int) -
             return Layout(roots, tuple(buffers), plan, "memory_plan", naive_size(buffers), copies)
     roots = _own_roots(graph, steps, nbytes, last_use)
     buffers = _buffers(graph, roots, last_use, nbytes)
-    product = model.products.get("memory_plan")
-    if isinstance(product, ArenaPlan) and all(b.name in product.offsets for b in buffers):
+    product = model.products.get(ArenaPlan)  # an arena another tool placed (offsets by buffer name)
+    if product is not None and all(b.name in product.offsets for b in buffers):
         plan = _adopt(buffers, {b.name: int(product.offsets[b.name]) for b in buffers}, product.method, alignment)
         if plan is not None:
             return Layout(roots, tuple(buffers), plan, "memory_plan", naive_size(buffers))

@@ -9,18 +9,20 @@ are checked by the format layer before anything is written, and written atomical
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
 from qcc.errors import UsageError
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model
+from qcc.pm.base import Pass
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
 
 from .assemble import assemble
 from .format import NnbFile, write_nnb
 from .functions import FunctionTable, default_table
-from .legalize import legalize
+from .legalize import LegalizeNnb, check_legal
 from .plan import BufferPlan, external_assignment, nnabla_plan, plan_buffers
 from .program import Program
 
@@ -55,7 +57,8 @@ class NnbResult:
 
 def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qcc",
               settings: str | None = None, batch: int = 1, table: FunctionTable | None = None) -> NnbResult:
-    """Lower, check and encode `model` (annotations the rules force may change; see legalize)."""
+    """Lower, check and encode `model`, which must satisfy the runtime's rules already (the
+    `legalize-nnb` pass, which the driver and `qcc.write` run, makes it so)."""
     if nnb_version not in (2, 3):
         raise UsageError(f"--nnb-version {nnb_version}: choose 2 or 3")
     if plan not in PLANS:
@@ -69,9 +72,8 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
         data = write_nnb(nnb, table)
         own = _buffer_bytes(nnb)
         return NnbResult(nnb, data, None, plan, "nnabla", own, own, 0, _param_bytes(nnb))
-    if settings is not None:
-        _apply_settings(model, settings)
-    program, notes = legalize(model, batch)
+    program = check_legal(model, batch)
+    notes = program.notes
     buffers = plan_buffers(program, nnb_version, external_assignment(model))
     reference: BufferPlan = nnabla_plan(program, nnb_version)
     nnb = assemble(program, buffers, nnb_version, level, table)
@@ -79,20 +81,6 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
     unit = 4 if nnb_version == 2 else 1
     return NnbResult(nnb, data, program, plan, buffers.method, buffers.total_bytes, reference.total_bytes,
                      buffers.lower_bound * unit, _param_bytes(nnb), tuple(notes))
-
-
-def _apply_settings(model: Model, path: str) -> None:
-    """Pin a settings.yaml's types unless the pipeline already did (values carry `pinned`)."""
-    if any(v.meta.get("pinned") for v in model.graph.values()):
-        return
-    from qcc.settings_yaml import apply_settings
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read settings: {exc}") from None
-    apply_settings(model, text, path)
 
 
 def _buffer_bytes(nnb: NnbFile) -> int:
@@ -103,22 +91,46 @@ def _param_bytes(nnb: NnbFile) -> int:
     return sum(len(v.data) for v in nnb.variables if v.data is not None)
 
 
-class NnbBackend:
-    """Registered as target "nnb" (extension .nnb)."""
+@attrs.frozen
+class NnbOptions:
+    version: Literal[2, 3] = attrs.field(default=3, metadata={"help": ".nnb format version"})
+    api: int = attrs.field(default=44, metadata={"help": "nnabla-c-runtime API level the file may use"})
+    plan: Literal["qcc", "nnabla"] = attrs.field(
+        default="qcc", metadata={"help": "qcc's lowering and buffer plan, or nnabla_cli convert's bytes"})
+    settings: str | None = attrs.field(
+        default=None, metadata={"help": "settings.yaml nnabla_cli convert reads (plan=nnabla; --settings fills it; "
+                                        "with plan=qcc the driver applies --settings at load)"})
+    batch: int = attrs.field(default=1, metadata={"help": "batch size the file is written for"})
+
+    def __attrs_post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be at least 1, got {self.batch}")
+        default_table().check_level(self.api)
+
+
+class NnbBackend(Backend):
+    """A .nnb file for nnabla-c-runtime (lowered to the runtime's functions, its rules enforced)."""
 
     name = "nnb"
     extensions = (".nnb",)
-    output_is_directory = False
-    requires: tuple[str, ...] = ()
+    Options = NnbOptions
 
-    def write(self, model: Model, out: str | os.PathLike[str], nnb_version: int = 3, api: int = 44,
-              plan: str = "qcc", settings: str | None = None, **_: Any) -> list[str]:
-        """Write the file; returns the functions computed in float because their operands'
-        types differ (the driver reports them as float fallbacks)."""
-        result = build_nnb(model, nnb_version=nnb_version, api=api, plan=plan, settings=settings)
+    def constraints(self, options: NnbOptions) -> Constraints:
+        return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME)
+
+    def legalization(self, options: NnbOptions) -> list[Pass]:
+        return [] if options.plan == "nnabla" else [LegalizeNnb(batch=options.batch)]
+
+    def memory_plan(self, options: NnbOptions) -> str | None:
+        return "plan-memory{kind=shared}"
+
+    def serialize(self, model: Model, out: str | os.PathLike[str], options: NnbOptions) -> WriteResult:
+        """Write the file; the functions computed in float because their operands' types differ
+        are float fallbacks of the report."""
+        result = build_nnb(model, nnb_version=options.version, api=options.api, plan=options.plan,
+                           settings=options.settings, batch=options.batch)
         atomic_write_bytes(out, result.data)
-        model.products["nnb"] = result.summary()
-        return [n for n in result.notes if "computed in float" in n]
+        return WriteResult(tuple(n for n in result.notes if "computed in float" in n), result.summary())
 
 
 BACKEND = NnbBackend()

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from qcc.errors import InvalidInputError, UnsupportedError, UsageError
+from qcc.formats.nnp import INTERNAL, NnpSource
 from qcc.ir.core import Model
 
 from .format import DataType, Function, NnbFile, Variable, activation_size, encode_values
@@ -34,17 +35,16 @@ FP_MAX = {DataType.INT16: 15, DataType.INT8: 7}
 
 def nnabla_compatible(model: Model, version: int, api: int, settings: str | None = None,
                       batch: int = 1, table: FunctionTable | None = None) -> NnbFile:
-    """The NnbFile nnabla's converter would write for the model's source .nnp."""
-    from qcc.frontends.nnp_archive import read_nnp
-
+    """The NnbFile nnabla's converter would write for the model's source .nnp (as the frontend read it)."""
     table = table or default_table()
     level = table.check_level(api)
-    source = model.metadata.get("source")
-    if model.metadata.get("source_format") != "nnp" or not isinstance(source, str):
+    source = str(model.metadata.get("source") or "memory")
+    origin = model.products.get(NnpSource)
+    if origin is None:
         raise UsageError("--plan nnabla reproduces nnabla_cli convert, which reads an .nnp; "
-                         f"this model came from {source or 'memory'} (use --plan qcc)")
-    contents = read_nnp(source)
-    executor = _executor(contents.proto, model.metadata.get("nnp.executor"), source)
+                         f"this model came from {source} (use --plan qcc)")
+    contents = origin.contents
+    executor = _executor(contents.proto, origin.executor, source)
     network = next((n for n in contents.proto.network if n.name == executor.network_name), None)
     if network is None:
         raise InvalidInputError(f"{source}: executor {executor.name!r} runs a missing network")
@@ -92,8 +92,6 @@ def _executor(proto: Any, name: str | None, source: str) -> Any:
 
 def _check_same_graph(model: Model, network: Any, executor: Any, source: str) -> None:
     """Every live function of the network is still in qcc's graph, and nothing was added."""
-    from qcc.frontends.nnp import INTERNAL
-
     values = model.graph.value_map()
     producer = {o: f for f in network.function for o in f.output}
     live: set[str] = set()
@@ -172,7 +170,7 @@ def _type_of(name: str, settings: dict[str, Any], model: Model) -> tuple[str, in
         value = model.graph.value_map().get(name)
         if value is None or value.quant is None:
             return "FLOAT32", None
-        from qcc.settings_yaml import type_name
+        from qcc.formats.settings_yaml import type_name
 
         text = type_name(value)
     head, _, tail = str(text).partition("_")
@@ -251,7 +249,7 @@ def _generated(gen: Any, shape: tuple[int, ...], type_name: str, where: str) -> 
 
 def _function(f: Any, vindex: dict[str, int], settings: dict[str, Any], table: FunctionTable, level: int,
               source: str) -> Function:
-    from qcc.frontends.nnp_archive import function_args
+    from qcc.formats.nnp_archive import function_args
 
     where = f"{source}: function {f.name!r} ({f.type})"
     if f.type not in RUNTIME_IMPLEMENTED:

@@ -1,4 +1,4 @@
-"""nnabla-c-runtime's fixed-point rules, enforced before a file is written.
+"""nnabla-c-runtime's fixed-point rules: the `legalize-nnb` pass, and the check before writing.
 
 The runtime computes garbage, crashes, or corrupts its own model when these do not hold
 (docs/nnb-runtime-semantics.md). Lowering already makes every file correct where an exact
@@ -14,8 +14,12 @@ position is moved instead, and the rules without an exact rewrite are enforced:
 - AveragePooling should not raise the position (the upscale wraps; a pinned one is kept, qcc's
   simulator wraps the same way); rescales drop at most 6 positions and raise at most 8 in int8
   (a drop of 8 divides by zero, of 7 by -128) and drop at most 14 in int16.
-Where the offending type was chosen by qcc the annotation is changed (and reported); where the
-user pinned it (settings.yaml / --override: `meta['pinned']`) the write fails naming the tensors.
+Where the offending type was chosen by qcc the annotation is changed (and reported in the
+`legalization` section of the report); where the user pinned it (settings.yaml / --override:
+`meta['pinned']`) the pass fails naming the tensors. The pass is the nnb target's legalization:
+the driver runs it last among the passes that change annotations, before --eval, so the model
+evaluated is the model written. The backend then only checks (`check_legal`): a model that still
+breaks a rule is an internal error naming the rule.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 from qcc.errors import InternalError, UnsupportedError
 from qcc.ir.core import Model, Value
 from qcc.ir.types import FixedPoint, QuantType
+from qcc.pm.base import Pass, PassContext, PassResult
 
 from .format import DataType
 from .lower import lower_model
@@ -39,6 +44,36 @@ RESCALED = frozenset({"ReLU", "MaxPooling", "Reshape", "Transpose", "Add2", "Sub
 # zero) and raise (int8 scales up through an int16 product)
 RESCALE_RANGE = {8: (6, 8), 16: (14, 15)}
 MAX_ROUNDS = 8
+
+
+@attrs.frozen
+class LegalizeNnb(Pass):
+    """Make annotations satisfy nnabla-c-runtime's fixed-point rules (the nnb target's legalization)."""
+
+    name = "legalize-nnb"
+
+    batch: int = attrs.field(default=1, metadata={"help": "batch size the .nnb is written for"})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        _, notes = legalize(model, self.batch)
+        changed = [n for n in notes if " -> " in n]
+        for note in changed:
+            ctx.note("legalization", note)
+        return PassResult(model, bool(changed), frozenset({"*"}))
+
+
+def check_legal(model: Model, batch: int = 1) -> Program:
+    """The lowered program of a model that already satisfies every rule (what the writer needs)."""
+    program = lower_model(model, batch)
+    changes, errors = check_rules(program)
+    if errors:
+        more = f" (+{len(errors) - 10} more)" if len(errors) > 10 else ""
+        raise UnsupportedError("target nnb: " + "; ".join(errors[:10]) + more)
+    if changes:
+        value, quant, why = changes[0]
+        raise InternalError(f"target nnb: {value.name!r} is {value.quant}, but the rule '{why}' needs {quant}; "
+                            "the legalize-nnb pass must run before the model is written")
+    return program
 
 
 def legalize(model: Model, batch: int = 1) -> tuple[Program, list[str]]:

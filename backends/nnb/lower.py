@@ -323,7 +323,7 @@ def _one_type(lw: Lowerer, node: Node, xv: NVar, w: Value, b: Value | None,
         if storage.dtype != y.dtype and storage.dtype != DataType.INT8:
             raise unsupported(node, f"{what} {storage} is wider than the output {y}; nnabla-c-runtime's kernel "
                                     "uses one type for x, W, b and y and narrowing would change the result "
-                                    "(assign-fixed-point{target=nnb} gives them one width)")
+                                    "(assign-fixed-point under the nnb target gives them one width)")
     x = lw.convert(xv, Storage(y.dtype, xv.storage.fp_pos), "widened")
     ins = [x, weight(Storage(y.dtype, sw.fp_pos))]
     if b is not None:

@@ -19,13 +19,13 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError, UsageError
-from qcc.frontends.nnp_archive import NnpContents, function_args, param_field, read_nnp
+from qcc.formats.nnp import INTERNAL, NnpSource, pool_geometry
+from qcc.formats.nnp_archive import NnpContents, function_args, param_field, read_nnp
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
 from qcc.tables import registrar
 
-INTERNAL = "nnp.internal"
 AFFINE_LEVELS = {(0, 255): "uint8", (-128, 127): "int8", (0, 65535): "uint16", (-32768, 32767): "int16"}
 
 
@@ -273,37 +273,6 @@ def _bn(ctx: _Ctx, f: Any, p: Any) -> None:
 
     ctx.emit(f, "BatchNorm", [x, param(gamma, 1.0, "gamma"), param(beta, 0.0, "beta"), param(mean, 0.0, "mean"),
                               param(var, 1.0, "var")], {"epsilon": float(p.eps)})
-
-
-def nnabla_pool_size(size: int, kernel: int, stride: int, pad: int, ignore_border: bool) -> int:
-    """nnabla's pooled length (ignore_border=False: every window that starts on a real element)."""
-    if ignore_border:
-        return (size + 2 * pad - kernel) // stride + 1
-    return (size + pad - 1) // stride + 1
-
-
-def pool_geometry(op: str, attrs: dict[str, Any], hw: tuple[int, int],
-                  ignore_border: bool, pad: list[int]) -> dict[str, Any] | None:
-    """IR pads/ceil_mode reproducing nnabla pooling with symmetric `pad` (None: not expressible).
-
-    With ignore_border=False nnabla runs windows past the end; padding there counts like the
-    declared pad for Max/Sum/exclusive Avg, so a larger end pad is exact. Inclusive Avg counts
-    only up to the declared pad, which is IR ceil_mode's overhang rule when the counts agree.
-    """
-    if ignore_border:
-        return {"pads": pad + pad, "ceil_mode": False}
-    kernel, strides = attrs["kernel"], attrs["strides"]
-    outs = [nnabla_pool_size(hw[i], kernel[i], strides[i], pad[i], False) for i in range(2)]
-    ends = [max(0, (outs[i] - 1) * strides[i] + kernel[i] - hw[i] - pad[i]) for i in range(2)]
-    if op != "AvgPool" or not attrs.get("count_include_pad") or all(e <= p for e, p in zip(ends, pad)):
-        return {"pads": pad + ends, "ceil_mode": False}
-    from qcc.ir.ops._common import spatial_out
-
-    try:
-        ceil = [spatial_out(hw[i], kernel[i], strides[i], pad[i], pad[i], 1, True) for i in range(2)]
-    except ValueError:
-        return None
-    return {"pads": pad + pad, "ceil_mode": True} if ceil == outs else None
 
 
 @importer("MaxPooling", "AveragePooling", "SumPooling")
@@ -685,6 +654,7 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
         "nnp.executor": exe.name if exe is not None else None, "nnp.batch_size": int(net.batch_size or 1),
         "nnp.variables": [v.name for v in net.variable], "nnp.functions": [f.name for f in net.function],
         "nnp.notes": ctx.notes})
+    model.products.put(NnpSource(contents, net.name, exe.name if exe is not None else None))
     problems = verify_model(model)
     if problems:
         raise InvalidInputError(f"{source}: imported graph is invalid: " + "; ".join(problems[:10]))

@@ -1,5 +1,6 @@
 """The framework-neutral IR: values, nodes, graphs, op schemas, types, verifier, text form."""
 
+from qcc.ir import ops as _builtin_ops  # noqa: F401  (importing qcc.ir registers the built-in op schemas)
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import AttrSpec, OpDef, OpSchema, all_ops, get_schema, has_op, register
 from qcc.ir.surgery import insert_after, match_chains, remove_node, replace_node, topological_sort

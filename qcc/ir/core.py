@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
@@ -282,13 +282,49 @@ class Graph:
         return self
 
 
+T = TypeVar("T")
+
+
+class Products:
+    """What passes and frontends leave on a model for later stages, one entry per class.
+
+    Entries are keyed by their type, never by a string: `model.products.put(plan)`, then
+    `model.products.get(MemoryPlan)` (typed: a `MemoryPlan | None`). The class's docstring
+    documents the entry; the IR needs to know none of them. Statistics that a changed graph makes
+    stale belong in the pass manager's analyses instead (calibration statistics are one).
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[type, Any] = {}
+
+    def put(self, item: object) -> None:
+        self._items[type(item)] = item
+
+    def get(self, kind: type[T]) -> T | None:
+        return self._items.get(kind)  # type: ignore[no-any-return]
+
+    def __getitem__(self, kind: type[T]) -> T:
+        if kind not in self._items:
+            raise KeyError(f"no {kind.__name__} on this model")
+        return self._items[kind]  # type: ignore[no-any-return]
+
+    def pop(self, kind: type[T]) -> T | None:
+        return self._items.pop(kind, None)  # type: ignore[no-any-return]
+
+    def __contains__(self, kind: type) -> bool:
+        return kind in self._items
+
+    def kinds(self) -> list[type]:
+        return list(self._items)
+
+
 @attrs.define(eq=False, repr=False)
 class Model:
-    """A graph plus what passes produce for backends (plans) and metadata."""
+    """A graph plus what passes produce for backends (typed `products`) and metadata."""
 
     graph: Graph
     metadata: dict[str, Any] = field(factory=dict)
-    products: dict[str, Any] = field(factory=dict)
+    products: Products = field(factory=Products)
 
     @property
     def passes_run(self) -> list[str]:

@@ -248,7 +248,6 @@ class OpDef:
 
 _REGISTRY: dict[str, OpSchema] = {}
 _DERIVED: dict[str, frozenset[str]] = {}
-_LOADED = False
 
 
 def register(cls: type[OpDef]) -> type[OpDef]:
@@ -280,15 +279,7 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     return cls
 
 
-def _ensure_loaded() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        import qcc.ir.ops  # noqa: F401  (registers the built-in ops)
-
-
 def get_schema(op: str) -> OpSchema:
-    _ensure_loaded()
     schema = _REGISTRY.get(op)
     if schema is None:
         raise UnsupportedError(f"unknown IR op {op!r}; known ops: {', '.join(sorted(_REGISTRY))}")
@@ -296,18 +287,15 @@ def get_schema(op: str) -> OpSchema:
 
 
 def has_op(op: str) -> bool:
-    _ensure_loaded()
     return op in _REGISTRY
 
 
 def all_ops() -> dict[str, OpSchema]:
-    _ensure_loaded()
     return dict(_REGISTRY)
 
 
 def ops_with(trait: str) -> frozenset[str]:
     """Names of every registered op with `trait` (plugin ops included): the op-category sets."""
-    _ensure_loaded()
     if trait not in TRAITS:
         raise KeyError(f"unknown trait {trait!r}; known: {', '.join(TRAITS)}")
     if trait not in _DERIVED:
@@ -322,5 +310,4 @@ def op_has(op: str, trait: str) -> bool:
 
 def weighted_ops() -> dict[str, int]:
     """Ops with a weight input -> the weight's output-channel axis."""
-    _ensure_loaded()
     return {n: s.weight_axis for n, s in _REGISTRY.items() if s.weight_axis is not None}

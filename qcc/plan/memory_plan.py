@@ -1,4 +1,4 @@
-"""The memory plan stored in a model (`model.products["memory_plan"]`) and its verifier check.
+"""The memory plan stored in a model (`model.products.get(MemoryPlan)`) and its verifier check.
 
 A plan is only meaningful for the graph it was made for, so it records a fingerprint of
 everything liveness depends on (node order, operands, activation types and annotations). The
@@ -161,24 +161,22 @@ def plan_model(model: Model, options: PlanOptions = PlanOptions(), storage: Stor
 
 
 def plan_status(model: Model) -> Literal["absent", "current", "stale"]:
-    plan = model.products.get(PLAN_KEY)
-    if not isinstance(plan, MemoryPlan):
+    plan = model.products.get(MemoryPlan)
+    if plan is None:
         return "absent"
     return "current" if plan.fingerprint == graph_fingerprint(model.graph) else "stale"
 
 
 def current_plan(model: Model) -> MemoryPlan | None:
     """The stored plan if it was made for the graph as it is now, else None."""
-    return model.products[PLAN_KEY] if plan_status(model) == "current" else None
+    return model.products.get(MemoryPlan) if plan_status(model) == "current" else None
 
 
 def plan_problems(model: Model) -> list[str]:
     """Verifier check: a current plan must fit fresh liveness (no overlap, everything placed)."""
-    plan = model.products.get(PLAN_KEY)
+    plan = model.products.get(MemoryPlan)
     if plan is None:
         return []
-    if not isinstance(plan, MemoryPlan):
-        return []  # another producer's format: its consumer validates it
     if plan.fingerprint != graph_fingerprint(model.graph):
         return []  # stale: made for an earlier graph; current_plan() refuses it
     storage = compute_storage(model.graph, plan.options.storage)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from qcc.ir.core import Model
-from qcc.plan.memory_plan import PLAN_KEY, MemoryPlan, PlanOptions, plan_model, plan_status
+from qcc.plan.memory_plan import MemoryPlan, PlanOptions, plan_model, plan_status
 from qcc.plan.nnabla_policy import nnabla_shared_plan
 from qcc.plan.sizing import Sizer, scheme_sizer
 
@@ -91,7 +91,7 @@ def stored_memory_section(model: Model) -> dict[str, Any] | None:
         return None
     if status == "stale":
         return {"status": "stale", "note": "the graph changed after plan-memory; the plan is unusable"}
-    return {"status": "current", **memory_section(model, model.products[PLAN_KEY])}
+    return {"status": "current", **memory_section(model, model.products[MemoryPlan])}
 
 
 def inspect_memory(model: Model, scheme: str = "", alignment: int = 16, time_budget: float = 1.0) -> dict[str, Any]:

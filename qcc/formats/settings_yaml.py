@@ -18,7 +18,7 @@ from typing import Any
 
 from qcc import limits
 from qcc.errors import InvalidInputError, UnsupportedError, UsageError
-from qcc.frontends.nnp import INTERNAL
+from qcc.formats.nnp import INTERNAL
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 

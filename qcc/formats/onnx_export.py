@@ -1,4 +1,5 @@
-"""IR -> ONNX graph conversion shared by the float and QDQ ONNX backends.
+"""IR -> ONNX graph conversion shared by the float and QDQ ONNX targets and the ONNX Runtime
+calibration engine (`calibrate{engine=onnxruntime}`), hence a format module, not a backend.
 
 One exporter per IR op in `EXPORTERS`; each appends ONNX nodes for one IR node.
 """

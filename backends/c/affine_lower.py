@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from qcc.backends.c import affine_kernels as AK
-from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import CType
+from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import movement as KM
+from qcc.backends.c.kernels import pool as KP
 from qcc.backends.c.lower import (
     VIEW_OPS,
     Arg,
@@ -78,7 +80,7 @@ def _layer_arrays(lw: Lowering, node: Node, transpose: bool = False) -> tuple[CT
 def _conv(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     wt, w, bias, mult, shift = _layer_arrays(lw, node)
-    fn = AK.conv(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
+    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_params(lw, node), zp(x), mult, shift, zp(y)))])
 
 
@@ -86,7 +88,7 @@ def _dense(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     n, k = static_shape(x)
     wt, w, bias, mult, shift = _layer_arrays(lw, node, transpose=True)
-    fn = AK.dense(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
+    fn = KC.dense_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), str(n), str(k), str(static_shape(y)[1]), zp(x), mult,
                                  shift, zp(y)))])
 
@@ -95,19 +97,19 @@ def _pool(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     params, window = pool_params(lw, node)
     if node.op in ("MaxPool", "GlobalMaxPool"):
-        fn = K.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
+        fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
         return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *_req(x, y)))])
     m, s = ai.count_params(node, window)
     mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")
     shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shift of {node.name} per element count")
-    fn = AK.avgpool(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KP.avgpool_affine(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, zp(x), mult, shift, zp(y)))])
 
 
 def _table(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     table = lw.array(ai.unary_table(node), lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
-    step = Step(node, [Call(AK.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
+    step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
     step.inplace = (0,)
     return step
 
@@ -116,7 +118,7 @@ def _view(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     if x.quant == y.quant:
         return Step(node, alias=True)
-    fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KM.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), *_req(x, y)))])
     step.inplace = (0,) if x.const is None else ()
     return step
@@ -124,7 +126,7 @@ def _view(lw: Lowering, node: Node) -> Step:
 
 def _transpose(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
-    fn = K.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KM.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), perm_params(lw, node), *_req(x, y)))])
 
 
@@ -137,7 +139,7 @@ def _concat(lw: Lowering, node: Node) -> Step:
     for value in node.inputs:
         assert value is not None
         inner = int(np.prod(static_shape(value)[axis:]))
-        fn = K.concat_part(lw.kernels, lw.ctype(value), lw.ctype(y))
+        fn = KM.concat_part(lw.kernels, lw.ctype(value), lw.ctype(y))
         calls.append(Call(fn, (lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset),
                                *_req(value, y))))
         offset += inner
@@ -160,7 +162,7 @@ def _binary(lw: Lowering, node: Node) -> Step:
         extra = [zp(a), str(ma), str(s_a), zp(b), str(mb), str(s_b), zp(y)]
     args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)),
                        _bcast(lw, node, static_shape(a), static_shape(b), out), *extra]
-    step = Step(node, [Call(AK.binary(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y)), tuple(args))])
+    step = Step(node, [Call(KE.binary_affine(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y)), tuple(args))])
     step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == out)
     return step
 
@@ -168,7 +170,7 @@ def _binary(lw: Lowering, node: Node) -> Step:
 AFFINE_LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
     "GlobalMaxPool": _pool, "Concat": _concat, "Transpose": _transpose, "Softmax": lower_softmax,
-    "BatchNorm": lower_batchnorm, **{op: _binary for op in AK.BINARY}, **{op: _view for op in VIEW_OPS},
+    "BatchNorm": lower_batchnorm, **{op: _binary for op in KE.AFFINE_BINARY}, **{op: _view for op in VIEW_OPS},
 }
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import attrs
-from qcc.backends.c import affine_kernels as AK
-from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import comment_text, hexfloat, pow2, string_literal
+from qcc.backends.c.kernels import movement as KM
 from qcc.backends.c.lower import (
     MAX_RANK,
     Arg,
@@ -84,11 +83,11 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
             if ct.is_int:
                 ends: tuple[Arg, Arg] = (flat, Ptr(value)) if inbound else (Ptr(value), flat)
                 if ct.affine is not None:
-                    fn = (AK.quantize_input if inbound else AK.dequantize)(lw.kernels, ct)
+                    fn = (KM.quantize_input_affine if inbound else KM.dequantize_affine)(lw.kernels, ct)
                     scaling = [hexfloat(ct.affine.scale[0]), str(ct.affine.zero_point[0])]
                 else:
                     assert ct.fixed is not None
-                    fn = (K.quantize_input if inbound else K.dequantize)(lw.kernels, ct)
+                    fn = (KM.quantize_input if inbound else KM.dequantize)(lw.kernels, ct)
                     scaling = [pow2(ct.fixed.frac if inbound else -ct.fixed.frac)]
                 out_lines.append(call(Call(fn, (*ends, str(n), *scaling))))
             else:

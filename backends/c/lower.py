@@ -10,8 +10,13 @@ from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
-from qcc.backends.c import kernels as K
 from qcc.backends.c.ctype import FLOAT, CType, comment_text, hexfloat, pow2
+from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import helpers as KH
+from qcc.backends.c.kernels import movement as KM
+from qcc.backends.c.kernels import normalization as KN
+from qcc.backends.c.kernels import pool as KP
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
@@ -120,7 +125,7 @@ class Lowering:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.mode = numeric_mode(model)
-        self.kernels = K.KernelSet()
+        self.kernels = KH.KernelSet()
         self.consts: dict[int, ConstArray] = {}
         self.defs: list[str] = []
         self._names: set[str] = set()
@@ -258,12 +263,12 @@ def _conv(lw: Lowering, node: Node) -> Step:
     kh, kw = static_shape(w)[2:]
     params = conv_params(lw, node)
     if lw.mode == "float":
-        fn = K.conv_f32(lw.kernels)
+        fn = KC.conv_f32(lw.kernels)
         bias = lw.const(b, node) if b is not None else "NULL"
         return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
     lw.require_dedicated(node)
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    fn = K.conv_fixed(lw.kernels, cx, cw, cy, pointwise=kh * kw == 1)
+    fn = KC.conv_fixed(lw.kernels, cx, cw, cy, pointwise=kh * kw == 1)
     bias = _bias(lw, node, b, cy)
     shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
     return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, lw.shift(node, shift)))])
@@ -286,7 +291,7 @@ def _dense(lw: Lowering, node: Node) -> Step:
     m = static_shape(y)[1]
     dims = (str(n), str(k), str(m))
     if lw.mode == "float":
-        fn = K.dense_f32(lw.kernels)
+        fn = KC.dense_f32(lw.kernels)
         bias = lw.const(b, node) if b is not None else "NULL"
         return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), *dims))])
     lw.require_dedicated(node)
@@ -295,7 +300,7 @@ def _dense(lw: Lowering, node: Node) -> Step:
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
     wt = lw.array(fx.quantize_param(w).T, cw, f"qcc_wt_{node.name}", f"{w.name} transposed (out, in)")
     shift = lw.frac(x) + lw.frac(w) - lw.frac(y)
-    fn = K.dense_fixed(lw.kernels, cx, cw, cy)
+    fn = KC.dense_fixed(lw.kernels, cx, cw, cy)
     return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, lw.shift(node, shift)))])
 
 
@@ -320,11 +325,11 @@ def _pool(lw: Lowering, node: Node) -> Step:
     params, _ = pool_params(lw, node)
     average = node.op in ("AvgPool", "GlobalAvgPool")
     if lw.mode == "float":
-        fn = K.avgpool(lw.kernels, FLOAT) if average else K.maxpool(lw.kernels, FLOAT, FLOAT)
+        fn = KP.avgpool(lw.kernels, FLOAT) if average else KP.maxpool(lw.kernels, FLOAT, FLOAT)
         return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
     lw.require_dedicated(node)
     cx = lw.ctype(x)
-    fn = K.avgpool(lw.kernels, cx) if average else K.maxpool(lw.kernels, cx, lw.ctype(y))
+    fn = KP.avgpool(lw.kernels, cx) if average else KP.maxpool(lw.kernels, cx, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, lw.shift(node, lw.frac(x) - lw.frac(y))))])
 
 
@@ -333,14 +338,14 @@ def _unary(lw: Lowering, node: Node) -> Step:
     cx, cy = lw.ctype(x), lw.ctype(y)
     if lw.mode == "fixed":
         if node.op == "Relu" and fx.dedicated_problem(node) is None:
-            fn = K.relu_fixed(lw.kernels, cx)
+            fn = KE.relu_fixed(lw.kernels, cx)
             step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), lw.shift(node, lw.frac(x) - lw.frac(y))))])
             step.inplace = (0,)
             return step
         if node.op not in (*FIXED_GENERIC_UNARY, "Relu"):
             raise lw.unsupported(node, "no bit-exact fixed-point kernel")
     extra = []
-    for key in K.UNARY[node.op][1]:
+    for key in KE.UNARY[node.op][1]:
         if node.op == "Clip":
             bound = node.attrs["min" if key == "lo" else "max"]
             if bound is None:
@@ -348,7 +353,7 @@ def _unary(lw: Lowering, node: Node) -> Step:
             extra.append(("-HUGE_VALF" if key == "lo" else "HUGE_VALF") if bound is None else _flt(bound))
         else:
             extra.append(_flt(node.attrs[key]))
-    fn = K.unary(lw.kernels, node.op, cx, cy)
+    fn = KE.unary(lw.kernels, node.op, cx, cy)
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), *lw.scales(x, y), *extra))])
     step.inplace = (0,) if cx.size == cy.size else ()
     return step
@@ -366,7 +371,7 @@ def lower_softmax(lw: Lowering, node: Node) -> Step:
     shape = static_shape(x)
     axis = node.attrs["axis"] % len(shape)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
-    fn = K.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KN.softmax(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(outer), str(shape[axis]), str(inner), *lw.scales(x, y)))])
     step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
@@ -385,7 +390,7 @@ def lower_batchnorm(lw: Lowering, node: Node) -> Step:
              for a, what in zip(arrays, ("mean", "gamma", "beta", "std"))]
     shape = static_shape(x)
     inner = int(np.prod(shape[2:]))
-    fn = K.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KN.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (Ptr(x), Ptr(y), *names, str(shape[0]), str(shape[1]), str(inner),
                                  *lw.scales(x, y)))])
     step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
@@ -398,7 +403,7 @@ def _binary(lw: Lowering, node: Node) -> Step:
     bcast = _bcast(lw, node, static_shape(a), static_shape(b), out)
     args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast]
     if lw.mode == "float":
-        fn = K.binary(lw.kernels, node.op, FLOAT)
+        fn = KE.binary(lw.kernels, node.op, FLOAT)
     else:
         if node.op not in ("Add", "Sub", "Mul"):
             raise lw.unsupported(node, "no bit-exact fixed-point kernel")
@@ -409,7 +414,7 @@ def _binary(lw: Lowering, node: Node) -> Step:
         else:
             common = min(fa, fb)
             args += [lw.shift(node, fa - common), lw.shift(node, fb - common), lw.shift(node, common - fy)]
-        fn = K.binary(lw.kernels, node.op, lw.ctype(y))
+        fn = KE.binary(lw.kernels, node.op, lw.ctype(y))
     step = Step(node, [Call(fn, tuple(args))])
     step.inplace = tuple(i for i, v in enumerate((a, b))
                          if v.const is None and static_shape(v) == out and lw.ctype(v).size == lw.ctype(y).size)
@@ -448,7 +453,7 @@ def _concat(lw: Lowering, node: Node) -> Step:
         assert value is not None
         inner = int(np.prod(static_shape(value)[axis:]))
         cx = lw.ctype(value)
-        fn = K.concat_part(lw.kernels, cx, cy)
+        fn = KM.concat_part(lw.kernels, cx, cy)
         args: list[Arg] = [lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset)]
         if cx.is_int:
             args.append(lw.shift(node, cx.fixed.frac - lw.frac(y)))  # type: ignore[union-attr]
@@ -462,7 +467,7 @@ def _view(lw: Lowering, node: Node) -> Step:
     if lw.mode == "float" or x.quant == y.quant:
         return Step(node, alias=True)
     lw.require_dedicated(node)
-    fn = K.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
+    fn = KM.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
     step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), lw.shift(node, lw.frac(x) - lw.frac(y))))])
     step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
     return step
@@ -487,7 +492,7 @@ def _transpose(lw: Lowering, node: Node) -> Step:
     if lw.mode == "fixed":
         lw.require_dedicated(node)
         args.append(lw.shift(node, lw.frac(x) - lw.frac(y)))
-    return Step(node, [Call(K.transpose(lw.kernels, lw.ctype(x), lw.ctype(y)), tuple(args))])
+    return Step(node, [Call(KM.transpose(lw.kernels, lw.ctype(x), lw.ctype(y)), tuple(args))])
 
 
 def _lrn(lw: Lowering, node: Node) -> Step:
@@ -498,7 +503,7 @@ def _lrn(lw: Lowering, node: Node) -> Step:
     a = node.attrs
     args = (Ptr(x), Ptr(y), str(shape[0]), str(shape[1]), str(int(np.prod(shape[2:]))), str(a["size"]),
             _flt(a["alpha"]), _flt(a["beta"]), _flt(a["bias"]))
-    return Step(node, [Call(K.lrn_f32(lw.kernels), args)])
+    return Step(node, [Call(KN.lrn_f32(lw.kernels), args)])
 
 
 def _float_only(fn: Callable[[Lowering, Node], Step]) -> Callable[[Lowering, Node], Step]:
@@ -514,8 +519,8 @@ LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
     "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
     "GlobalMaxPool": _pool, "Softmax": lower_softmax, "BatchNorm": lower_batchnorm, "Concat": _concat,
     "Transpose": _transpose, "LRN": _lrn,
-    **{op: _unary for op in K.UNARY},
-    **{op: _binary for op in K.BINARY_F32},
+    **{op: _unary for op in KE.UNARY},
+    **{op: _binary for op in KE.BINARY_F32},
     **{op: _view for op in VIEW_OPS},
 }
 

@@ -1,37 +1,39 @@
-"""IR -> kernel calls for target c's affine int8/uint8 mode.
+"""Affine int8/uint8 mode: every activation per-tensor affine; exactly the arithmetic of
+`qcc.sim.affine_int`, so outputs are bit-identical to `run_affine_int`.
 
 Every constant the kernels use (centered weights, accumulator biases, multipliers and shifts,
-lookup tables) is computed by `qcc.sim.affine_int`, the simulator the generated code must equal
-bit for bit; this module only places them in C arrays and chooses kernels.
+lookup tables) is computed by `qcc.sim.affine_int`; this module only places them in C arrays and
+chooses kernels. Any one-input elementwise op of the registry is a lookup table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
-from qcc.backends.c.ctype import CType
+import qcc.backends.c.modes.shared as shared
+from qcc.backends.c.ctype import CType, hexfloat
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import elementwise as KE
 from qcc.backends.c.kernels import movement as KM
 from qcc.backends.c.kernels import pool as KP
+from qcc.backends.c.kernels.helpers import KernelSet
 from qcc.backends.c.lower import (
-    VIEW_OPS,
     Arg,
     Call,
+    LowerFn,
     Lowering,
+    NumericMode,
     Ptr,
     Step,
-    _bcast,
-    conv_params,
-    lower_batchnorm,
-    lower_softmax,
     numel,
-    perm_params,
-    pool_params,
     static_shape,
+    where,
 )
+from qcc.backends.c.params import bcast_params, conv_params, pool_params
 
+from qcc.errors import UnsupportedError
 from qcc.ir.core import Node, Value
 from qcc.ir.types import Affine
 from qcc.sim import affine_int as ai
@@ -57,12 +59,10 @@ def zp(value: Value) -> str:
     return str(ai.act(value)[1])
 
 
-def _req(x: Value, y: Value) -> list[str]:
+def requant_args(x: Value, y: Value) -> list[str]:
+    """zx, m, s, zy: moving a stored value from x's scale and zero point to y's."""
     m, s = ai.pass_params(x, y)
     return [zp(x), str(m), str(s), zp(y)]
-
-
-# ---------------------------------------------------------------- per-op lowerings
 
 
 def _layer_arrays(lw: Lowering, node: Node, transpose: bool = False) -> tuple[CType, str, str, str, str]:
@@ -98,7 +98,7 @@ def _pool(lw: Lowering, node: Node) -> Step:
     params, window = pool_params(lw, node)
     if node.op in ("MaxPool", "GlobalMaxPool"):
         fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
-        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *_req(x, y)))])
+        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *requant_args(x, y)))])
     m, s = ai.count_params(node, window)
     mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")
     shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shift of {node.name} per element count")
@@ -112,38 +112,6 @@ def _table(lw: Lowering, node: Node) -> Step:
     step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
     step.inplace = (0,)
     return step
-
-
-def _view(lw: Lowering, node: Node) -> Step:
-    x, y = node.input(0), node.outputs[0]
-    if x.quant == y.quant:
-        return Step(node, alias=True)
-    fn = KM.requant(lw.kernels, lw.ctype(x), lw.ctype(y))
-    step = Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), str(numel(y)), *_req(x, y)))])
-    step.inplace = (0,) if x.const is None else ()
-    return step
-
-
-def _transpose(lw: Lowering, node: Node) -> Step:
-    x, y = node.input(0), node.outputs[0]
-    fn = KM.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
-    return Step(node, [Call(fn, (lw.operand(x, node), Ptr(y), perm_params(lw, node), *_req(x, y)))])
-
-
-def _concat(lw: Lowering, node: Node) -> Step:
-    y = node.outputs[0]
-    shape = static_shape(y)
-    axis = node.attrs["axis"] % len(shape)
-    outer, total = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
-    calls, offset = [], 0
-    for value in node.inputs:
-        assert value is not None
-        inner = int(np.prod(static_shape(value)[axis:]))
-        fn = KM.concat_part(lw.kernels, lw.ctype(value), lw.ctype(y))
-        calls.append(Call(fn, (lw.operand(value, node), Ptr(y), str(outer), str(inner), str(total), str(offset),
-                               *_req(value, y))))
-        offset += inner
-    return Step(node, calls)
 
 
 def _binary(lw: Lowering, node: Node) -> Step:
@@ -160,22 +128,74 @@ def _binary(lw: Lowering, node: Node) -> Step:
     else:
         (ma, s_a), (mb, s_b) = ai.pass_params(a, y), ai.pass_params(b, y)
         extra = [zp(a), str(ma), str(s_a), zp(b), str(mb), str(s_b), zp(y)]
-    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)),
-                       _bcast(lw, node, static_shape(a), static_shape(b), out), *extra]
-    step = Step(node, [Call(KE.binary_affine(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y)), tuple(args))])
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast_params(lw, node),
+                       *extra]
+    fn = KE.binary_affine(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y))
+    step = Step(node, [Call(fn, tuple(args))])
     step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == out)
     return step
 
 
-AFFINE_LOWERINGS: dict[str, Callable[[Lowering, Node], Step]] = {
-    "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
-    "GlobalMaxPool": _pool, "Concat": _concat, "Transpose": _transpose, "Softmax": lower_softmax,
-    "BatchNorm": lower_batchnorm, **{op: _binary for op in KE.AFFINE_BINARY}, **{op: _view for op in VIEW_OPS},
-}
+class AffineMode(NumericMode):
+    name = "affine"
+    title = "affine int8/uint8 with integer requantization (bit-identical to qcc.sim.affine_int.run_affine_int)"
+    integer = True
+    lowerings: ClassVar[dict[str, LowerFn]] = {
+        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
+        "BatchNorm": shared.batchnorm, **{op: _binary for op in KE.AFFINE_BINARY},
+    }
+
+    def claims(self, acts: Sequence[Value]) -> bool:
+        return any(isinstance(v.quant, Affine) for v in acts)
+
+    def check(self, acts: Sequence[Value]) -> None:
+        for value in acts:
+            if not isinstance(value.quant, Affine):
+                raise UnsupportedError(
+                    f"target c: tensor {value.name!r}{where(value)} is {value.quant or 'float'} while other "
+                    "activations are affine; target c needs every activation affine int8/uint8 (or none)")
+            try:
+                ai.act(value)
+            except UnsupportedError as exc:
+                raise UnsupportedError(f"target c: {exc}{where(value)}") from None
+
+    def ctype(self, value: Value) -> CType:
+        return CType(affine=ai.affine_of(value))
+
+    def param(self, lw: Lowering, value: Value, node: Node) -> tuple[CType, np.ndarray, str]:
+        quant = ai.affine_of(value)
+        if quant is None or quant.axis is not None or quant.dtype not in ai.ACT_DTYPES:
+            raise lw.unsupported(node, f"parameter {value.name!r} is {quant or 'float'}, not per-tensor int8/uint8")
+        return CType(affine=quant), ai.store_param(value), f"{value.name}: {quant}"
+
+    def scales(self, x: Value, y: Value) -> list[str]:
+        """sx, zx (the getter's), sy, zy (the setter's)."""
+        (sx, zx, _), (sy, zy, _) = ai.act(x), ai.act(y)
+        return [hexfloat(sx), str(zx), hexfloat(sy), str(zy)]
+
+    def copy_args(self, lw: Lowering, node: Node, x: Value, y: Value) -> list[str]:
+        return requant_args(x, y)
+
+    def transfer(self, ks: KernelSet, value: Value, inbound: bool) -> tuple[str, list[str]] | None:
+        ct = self.ctype(value)
+        assert ct.affine is not None
+        fn = (KM.quantize_input_affine if inbound else KM.dequantize_affine)(ks, ct)
+        return fn, [hexfloat(ct.affine.scale[0]), str(ct.affine.zero_point[0])]
+
+    def tensor_macros(self, key: str, value: Value) -> list[str]:
+        quant = value.quant
+        lines = [f'#define {key}_TYPE "{quant}"']
+        if isinstance(quant, Affine):
+            lines += [f"#define {key}_SCALE {hexfloat(quant.scale[0])}", f"#define {key}_ZERO_POINT {quant.zero_point[0]}"]
+        return lines
+
+    def view(self, lw: Lowering, node: Node) -> Step:
+        return shared.view(lw, node)
+
+    def derived_lowering(self, op: str) -> LowerFn | None:
+        """One-input elementwise ops (any schema) become lookup tables."""
+        return _table if ai.is_table_op(op) else None
 
 
-def lowering_for(op: str) -> Callable[[Lowering, Node], Step] | None:
-    """The affine lowering of `op`: one-input elementwise ops (any schema) become lookup tables."""
-    if op in AFFINE_LOWERINGS:
-        return AFFINE_LOWERINGS[op]
-    return _table if ai.is_table_op(op) else None
+AFFINE_MODE = AffineMode()

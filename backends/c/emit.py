@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import attrs
-from qcc.backends.c import affine_kernels as AK
-from qcc.backends.c import kernels as K
-from qcc.backends.c.ctype import comment_text, hexfloat, pow2, string_literal
+from qcc.backends.c.ctype import comment_text, string_literal
 from qcc.backends.c.lower import (
     MAX_RANK,
     Arg,
     Call,
     Lowering,
+    NumericMode,
     Ptr,
+    activations,
     c_identifier,
     numel,
     static_shape,
 )
 from qcc.backends.c.memory import Layout, layout
+from qcc.backends.c.modes import numeric_mode
 
 from qcc import __version__
 from qcc.ir.core import Model, Node, Value
-from qcc.ir.types import Affine
 
 
 @attrs.frozen
@@ -37,8 +37,8 @@ class Generated:
 def generate(model: Model, name: str) -> Generated:
     """All sources for one model; raises UnsupportedError before producing anything partial."""
     ident = c_identifier(name).lower()
-    lw = Lowering(model)
-    acts = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
+    lw = Lowering(model, numeric_mode(model))
+    acts = activations(model)
     align = max(lw.ctype(v).size for v in acts) if acts else 4
 
     def nbytes(value: Value) -> int:
@@ -46,14 +46,14 @@ def generate(model: Model, name: str) -> Generated:
 
     lay = layout(model, lw.steps, nbytes, align)
     body = _run_body(model, lw, lay)
-    arena_ctype = "float" if lw.mode == "float" else f"int{8 * align}_t"
+    arena_ctype = f"int{8 * align}_t" if lw.mode.integer else "float"
     files = {
         f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align),
         f"{ident}.c": _source(model, lw, ident, body),
         "main.c": MAIN.replace("NAME", ident).replace("UPPER", ident.upper()),
         "Makefile": MAKEFILE.replace("NAME", ident),
     }
-    return Generated(files, ident, lw.mode, lay, lay.plan.total)
+    return Generated(files, ident, lw.mode.name, lay, lay.plan.total)
 
 
 def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
@@ -76,20 +76,15 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
         """Graph inputs quantized (or copied) into the arena; outputs dequantized (copied) out."""
         out_lines, offset = [], 0
         for value in values:
-            ct, n = lw.ctype(value), numel(value)
+            n = numel(value)
             flat, name, stored = f"{'in' if inbound else 'out'} + {offset}", comment_text(value.name), \
                 value.quant or "float32"
             out_lines.append(f"    /* input {name}: {value.type} -> {stored} */" if inbound else
                              f"    /* output {name}: {stored} -> float32 */")
-            if ct.is_int:
+            transfer = lw.mode.transfer(lw.kernels, value, inbound)
+            if transfer is not None:
                 ends: tuple[Arg, Arg] = (flat, Ptr(value)) if inbound else (Ptr(value), flat)
-                if ct.affine is not None:
-                    fn = (AK.quantize_input if inbound else AK.dequantize)(lw.kernels, ct)
-                    scaling = [hexfloat(ct.affine.scale[0]), str(ct.affine.zero_point[0])]
-                else:
-                    assert ct.fixed is not None
-                    fn = (K.quantize_input if inbound else K.dequantize)(lw.kernels, ct)
-                    scaling = [pow2(ct.fixed.frac if inbound else -ct.fixed.frac)]
+                fn, scaling = transfer
                 out_lines.append(call(Call(fn, (*ends, str(n), *scaling))))
             else:
                 here = resolve(Ptr(value), anchor)
@@ -116,7 +111,7 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
     return lines
 
 
-def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: str) -> list[str]:
+def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: NumericMode) -> list[str]:
     out = []
     for i, value in enumerate(values):
         shape = static_shape(value)
@@ -126,13 +121,8 @@ def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: str) -> li
             f"#define {key}_SIZE {numel(value)}",
             f"#define {key}_RANK {len(shape)}",
             f"#define {key}_SHAPE {{{', '.join(map(str, shape))}}}",
-            f'#define {key}_TYPE "{value.quant if mode != "float" else "float32"}"',
+            *mode.tensor_macros(key, value),
         ]
-        quant = value.quant
-        if mode == "fixed" and quant is not None:
-            out += [f"#define {key}_BITS {quant.bits}", f"#define {key}_FRAC {quant.frac}"]  # type: ignore[union-attr]
-        if isinstance(quant, Affine) and mode == "affine":
-            out += [f"#define {key}_SCALE {hexfloat(quant.scale[0])}", f"#define {key}_ZERO_POINT {quant.zero_point[0]}"]
     return out
 
 
@@ -140,13 +130,9 @@ def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: st
     up = ident.upper()
     graph = model.graph
     ins, outs = graph.inputs, graph.outputs
-    mode = {"float": "float32",
-            "fixed": "fixed point (nnabla-c-runtime arithmetic, bit-identical to qcc.sim.fixed.run_fixed)",
-            "affine": "affine int8/uint8 with integer requantization (bit-identical to "
-                      "qcc.sim.affine_int.run_affine_int)"}[lw.mode]
     lines = [
         f"/* {ident}.h: generated by qcc {__version__} (target c) from model \"{comment_text(graph.name)}\". Do not edit.",
-        f" * Numeric mode: {mode}.",
+        f" * Numeric mode: {lw.mode.title}.",
         " * `in` holds every input and `out` every output as float32, one after another in the order",
         " * below; integer models quantize `in` (round half to even, saturate) and dequantize `out`.",
         " * Symbolic dimensions are bound to 1: one sample per call.",
@@ -201,7 +187,7 @@ def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
     ]
     if lw.kernels.uses_math:
         head.append("#include <math.h>")
-    if lw.mode != "float":
+    if lw.mode.integer:
         head += ["#include <float.h>", "", "#if FLT_EVAL_METHOD != 0",
                  '#error "bit-exact integer code needs float arithmetic in float (FLT_EVAL_METHOD == 0)"',
                  "#endif"]

@@ -1,6 +1,6 @@
 """Bit-exact integer execution of affine int8/uint8 models: the arithmetic of target c's affine mode.
 
-`qcc.sim.fakequant` simulates an affine model the way ONNX Runtime's QDQ graph reads: float
+`qcc.ir.fakequant` simulates an affine model the way ONNX Runtime's QDQ graph reads: float
 arithmetic between quantize/dequantize round trips. An integer-only target cannot do that, so
 this module fixes integer semantics (docs/backends.md, "c", affine mode), and target c generates
 exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit for bit.
@@ -37,17 +37,16 @@ import numpy as np
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops.nn import conv2d, pool_windows
-from qcc.ir.registry import get_schema
+from qcc.ir.registry import get_schema, op_has
 from qcc.ir.types import Affine
 from qcc.quant.numerics import AFFINE_DTYPES, quantize_affine
-from qcc.sim.fixed import exp_f32
-from qcc.sim.stored import NodeKernel, Observer, StoredRunner
+from qcc.sim.engine import NodeKernel, Runner
+from qcc.sim.fixed import batchnorm_params, exp_f32, quantize_param
 
 F32 = np.float32
 ACT_DTYPES = ("int8", "uint8")
 ACC_LIMIT = 2**31 - 1
 MAX_SHIFT = 62
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Quantize", "Transpose")
 WEIGHT_AXIS = {"Conv": 0, "Dense": 1}
 
 
@@ -336,7 +335,8 @@ def minmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def view_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    """Views, Transpose, Quantize: the reference kernel moves the integers, then requantize."""
+    """Views (the registry's `view` trait), Transpose, Quantize: the reference kernel moves the
+    integers, then requantize."""
     x, y = node.input(0), node.outputs[0]
     moved = args[0] if node.op == "Quantize" else get_schema(node.op).kernel(node, [args[0]])[0]
     return [requantize(centered(x, np.asarray(moved)), *pass_params(x, y), y)]
@@ -372,8 +372,6 @@ def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 
 def batchnorm_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     """((x - mean) * gamma) / sqrt(var + eps) + beta in float32 (target c's order in every mode)."""
-    from qcc.sim.fixed import batchnorm_params, quantize_param
-
     x = dequantize(args[0], node.input(0))
     for value in node.inputs[1:]:
         if value is None or value.const is None:
@@ -388,8 +386,10 @@ INTEGER_KERNELS: dict[str, NodeKernel] = {
     "Conv": conv_kernel, "Dense": dense_kernel, "MaxPool": maxpool_kernel, "GlobalMaxPool": maxpool_kernel,
     "AvgPool": avgpool_kernel, "GlobalAvgPool": avgpool_kernel, "Add": add_kernel, "Sub": add_kernel,
     "Mul": mul_kernel, "Max": minmax_kernel, "Min": minmax_kernel, "Concat": concat_kernel,
-    "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, **{op: view_kernel for op in VIEW_OPS},
+    "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Quantize": view_kernel, "Transpose": view_kernel,
 }
+"""Kernels by op; views (the `view` trait) and one-input elementwise ops (tables) are found by
+`kernel_for` from the registry."""
 
 
 def is_table_op(op: str) -> bool:
@@ -401,6 +401,8 @@ def is_table_op(op: str) -> bool:
 def kernel_for(op: str) -> NodeKernel | None:
     if op in INTEGER_KERNELS:
         return INTEGER_KERNELS[op]
+    if op_has(op, "view"):
+        return view_kernel
     return unary_kernel if is_table_op(op) else None
 
 
@@ -414,21 +416,20 @@ def is_affine_model(model: Model) -> bool:
     return bool(acts) and all(affine_of(v) is not None for v in acts)
 
 
-class AffineRunner(StoredRunner):
+class AffineRunner(Runner):
     """Runs an affine model on stored integers (int64 arrays)."""
 
-    def __init__(self, model: Model, observer: Observer | None = None) -> None:
-        self.kernels = {}
-        for node in model.graph.nodes:
-            for value in (*node.outputs, node.inputs[0]):
-                if value is not None and value.const is None:
-                    act(value)
-            kernel = kernel_for(node.op)
-            if kernel is None:
-                raise UnsupportedError(f"affine integer mode: op {node.op} (node {node.name!r}) has no integer "
-                                       "kernel")
-            self.kernels[node.op] = kernel
-        super().__init__(model, observer)
+    holds_floats = False
+
+    def kernel_for(self, node: Node) -> NodeKernel:
+        """The node's kernel, once its activations are checked to be per-tensor int8/uint8."""
+        for value in (*node.outputs, node.inputs[0]):
+            if value is not None and value.const is None:
+                act(value)
+        kernel = kernel_for(node.op)
+        if kernel is None:
+            raise UnsupportedError(f"affine integer mode: op {node.op} (node {node.name!r}) has no integer kernel")
+        return kernel
 
     def store_param(self, value: Value) -> np.ndarray:
         return store_param(value)
@@ -436,7 +437,7 @@ class AffineRunner(StoredRunner):
     def store_input(self, value: Value, array: np.ndarray) -> np.ndarray:
         return quantize_input(array, value)
 
-    def dequantize(self, value: Value, array: np.ndarray) -> np.ndarray:
+    def to_float(self, value: Value, array: np.ndarray) -> np.ndarray:
         return dequantize(array, value) if affine_of(value) is not None and value.const is None else array
 
 

@@ -15,7 +15,8 @@ import attrs
 import numpy as np
 
 from qcc.ir.core import Model, Value
-from qcc.sim.interpreter import Interpreter, check_feeds
+from qcc.sim.engine import Runner, check_feeds
+from qcc.sim.interpreter import Interpreter, runner_for
 
 
 def sqnr_db(signal: float, noise: float) -> float | None:
@@ -139,14 +140,10 @@ def passthrough(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [xs[0]]
 
 
-def quantized_runner(model: Model, observer: Any = None) -> Any:
+def quantized_runner(model: Model, observer: Any = None) -> Runner:
     """What run_model(quantized=True) runs: the bit-exact integer kernels for an all-fixed-point
     model (qcc.sim.fixed), fake quantization otherwise."""
-    from qcc.sim.fixed import FixedRunner, is_fixed_model
-
-    if is_fixed_model(model):
-        return FixedRunner(model, observer=observer)
-    return Interpreter(model, quantized=True, observer=observer)
+    return runner_for(model, quantized=True, observer=observer)
 
 
 def _top1(cmp: Comparison, ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None) -> None:

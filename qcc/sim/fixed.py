@@ -1,9 +1,9 @@
 """Bit-exact fixed-point execution: nnabla-c-runtime's arithmetic on integer arrays.
 
 A value annotated `FixedPoint(bits, frac)` is held as the integers it stores (int64 arrays);
-anything else is held as a float array. Kernels are registered per IR op with the
-`Interpreter(kernels=...)` signature `kernel(node, arrays) -> arrays`; positions come from the
-annotations of the node's inputs and outputs. The C backend (target `c`) generates exactly this
+anything else is held as a float array. Kernels are registered per IR op with the one kernel
+signature of `qcc.sim.engine`, `kernel(node, arrays) -> arrays`, and run on its loop (`FixedRunner`);
+positions come from the annotations of the node's inputs and outputs. The C backend (target `c`) generates exactly this
 arithmetic and the .nnb backend relies on nnabla-c-runtime doing it, so every rule below is part
 of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runtime's sources):
 
@@ -39,16 +39,14 @@ from qcc.errors import InvalidInputError, UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops._common import windows
 from qcc.ir.ops.nn import pool_windows
-from qcc.ir.registry import get_schema
+from qcc.ir.registry import get_schema, op_has
 from qcc.ir.types import FixedPoint
 from qcc.quant.numerics import fixed_bounds
-from qcc.sim.stored import NodeKernel, Observer, StoredRunner
+from qcc.sim.engine import NodeKernel, Observer, Runner
 
 F32 = np.float32
 MAX_SHIFT = 40
 """Larger shifts between positions are rejected (no target computes them meaningfully)."""
-
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
 
 
 # ---------------------------------------------------------------- integer arithmetic
@@ -174,8 +172,9 @@ def bias_ints(node: Node, bias: np.ndarray) -> np.ndarray:
 def dedicated_problem(node: Node) -> str | None:
     """Why `node` does not run an integer kernel (None: it does). The C backend shares this."""
     ins = [v for v in node.inputs if v is not None]
-    if node.op in INTEGER_OPS:
-        operands = [fixed_of(v) for v in ins[: INTEGER_OPS[node.op]]] + [fixed_of(v) for v in node.outputs]
+    count = integer_operands(node.op)
+    if count is not None:
+        operands = [fixed_of(v) for v in ins[:count]] + [fixed_of(v) for v in node.outputs]
         if any(f is None for f in operands):
             return "an operand is not fixed point"
         if any(f.bits not in (8, 16) for f in operands if f is not None):
@@ -299,7 +298,8 @@ def div_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def copy_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    """Views, Transpose, Quantize: the float kernel moves the integers, then requantize."""
+    """Views (the registry's `view` trait), Transpose, Quantize: the float kernel moves the
+    integers, then requantize."""
     (fx,), fy = _types(node)
     moved = get_schema(node.op).kernel(node, [args[0]]) if node.op != "Quantize" else [args[0]]
     return [requantize(np.asarray(moved[0], dtype=np.int64), fx.frac, fy.frac, fy.bits)]
@@ -308,9 +308,9 @@ def copy_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 INTEGER_OPS: dict[str, int] = {
     "Conv": 2, "Dense": 2, "MaxPool": 1, "AvgPool": 1, "GlobalAvgPool": 1, "GlobalMaxPool": 1,
     "Relu": 1, "Add": 2, "Sub": 2, "Mul": 2, "Div": 2, "Transpose": 1, "Quantize": 1,
-    **{op: 1 for op in VIEW_OPS},
 }
-"""Ops with an integer kernel -> how many leading inputs must be fixed point (plus the output)."""
+"""Ops with an integer kernel -> how many leading inputs must be fixed point (plus the output);
+views (any op with the registry's `view` trait) too, see `integer_operands`."""
 
 SAME_BITS_OPS = frozenset({"MaxPool", "AvgPool", "GlobalAvgPool", "GlobalMaxPool", "Relu", "Add", "Sub",
                            "Mul", "Div"})
@@ -320,8 +320,15 @@ _DEDICATED: dict[str, NodeKernel] = {
     "Conv": conv_kernel, "Dense": dense_kernel, "MaxPool": maxpool_kernel, "GlobalMaxPool": maxpool_kernel,
     "AvgPool": avgpool_kernel, "GlobalAvgPool": avgpool_kernel, "Relu": relu_kernel, "Add": add_kernel,
     "Sub": add_kernel, "Mul": mul_kernel, "Div": div_kernel, "Transpose": copy_kernel,
-    "Quantize": copy_kernel, **{op: copy_kernel for op in VIEW_OPS},
+    "Quantize": copy_kernel,
 }
+
+
+def integer_operands(op: str) -> int | None:
+    """How many leading inputs of `op` its integer kernel reads as fixed point (None: no kernel)."""
+    if op in INTEGER_OPS:
+        return INTEGER_OPS[op]
+    return 1 if op_has(op, "view") else None
 
 
 # ---------------------------------------------------------------- generic (float32) kernels
@@ -444,7 +451,7 @@ PRECISE_GENERIC: dict[str, NodeKernel] = {
 
 
 def _dispatch(op: str) -> NodeKernel:
-    dedicated = _DEDICATED.get(op)
+    dedicated = _DEDICATED.get(op) or (copy_kernel if op_has(op, "view") else None)
     fallback = PRECISE_GENERIC.get(op, generic_kernel)
     if dedicated is None:
         return fallback
@@ -457,7 +464,12 @@ def _dispatch(op: str) -> NodeKernel:
 
 
 FIXED_KERNELS: dict[str, NodeKernel] = {op: _dispatch(op) for op in {*_DEDICATED, *PRECISE_GENERIC}}
-"""Per-op kernels on stored arrays; ops not listed run `generic_kernel`."""
+"""Per-op kernels on stored arrays; views run `copy_kernel`, ops not listed `generic_kernel`."""
+
+
+def fixed_kernel(op: str) -> NodeKernel:
+    """The kernel of `op` on stored arrays."""
+    return FIXED_KERNELS.get(op) or _dispatch(op)
 
 
 # ---------------------------------------------------------------- running a model
@@ -470,13 +482,18 @@ def is_fixed_model(model: Model) -> bool:
     return bool(acts) and all(fixed_of(v) is not None for v in acts)
 
 
-class FixedRunner(StoredRunner):
+class FixedRunner(Runner):
     """Runs a model on stored arrays (int64 for FixedPoint values); parameters quantized once."""
 
+    holds_floats = False
+
     def __init__(self, model: Model, kernels: dict[str, NodeKernel] | None = None,
-                 observer: Observer | None = None) -> None:
-        self.kernels = {**FIXED_KERNELS, **(kernels or {})}
-        super().__init__(model, observer)
+                 observer: Observer | None = None, keep_all: bool = False) -> None:
+        self.kernels = kernels or {}
+        super().__init__(model, observer, keep_all)
+
+    def kernel_for(self, node: Node) -> NodeKernel:
+        return self.kernels.get(node.op) or fixed_kernel(node.op)
 
     def store_param(self, value: Value) -> np.ndarray:
         return quantize_param(value)
@@ -485,11 +502,8 @@ class FixedRunner(StoredRunner):
         fixed = fixed_of(value)
         return quantize_round(array, fixed) if fixed is not None else array
 
-    def dequantize(self, value: Value, array: np.ndarray) -> np.ndarray:
+    def to_float(self, value: Value, array: np.ndarray) -> np.ndarray:
         return dequantize_stored(value, array)
-
-    def fallback(self, node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-        return generic_kernel(node, args)
 
 
 def dequantize_stored(value: Value, array: np.ndarray) -> np.ndarray:

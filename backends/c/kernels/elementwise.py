@@ -1,0 +1,158 @@
+"""Elementwise kernels: one-input activations, broadcasting binary ops, affine lookup tables.
+
+Float and fixed point share the one-input kernels (fixed point reads through the runtime's getter,
+computes in float32 one operation at a time, stores through its setter); the fixed-point Relu and
+Add/Sub/Mul are integer kernels (`qcc.sim.fixed`); affine one-input ops are tables and affine
+binary ops requantize in int64 (`qcc.sim.affine_int`).
+"""
+
+from __future__ import annotations
+
+from qcc.backends.c.ctype import CType, scale_params
+from qcc.backends.c.kernels.helpers import KernelSet, signature
+
+
+def relu_fixed(ks: KernelSet, t: CType) -> str:
+    name = f"qcc_relu_{t.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {t.name} *x, {t.name} *y, long n, int shift)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        const int32_t v = x[i] > 0 ? x[i] : 0;
+        y[i] = ({t.name})qcc_sat(qcc_shift(v, shift), {t.lo}, {t.hi});
+    }}
+}}
+""", ("sat", "shift"))
+
+
+UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    # op: (statements computing r from v, extra float parameters, helpers)
+    "Relu": ("r = v > 0.0f ? v : 0.0f;", (), ()),
+    "LeakyRelu": ("r = v > 0.0f ? v : v * alpha;", ("alpha",), ()),
+    "Clip": ("r = v < lo ? lo : v;\n        r = r > hi ? hi : r;", ("lo", "hi"), ()),
+    "Sigmoid": ("{\n            const float e = qcc_expf(-v);\n            const float d = 1.0f + e;\n"
+                "            r = 1.0f / d;\n        }", (), ("expf",)),
+    "Tanh": ("r = qcc_tanhf(v);", (), ("tanhf",)),
+    "HardSigmoid": ("r = v * alpha;\n        r = r + beta;\n        r = r < 0.0f ? 0.0f : r;\n"
+                    "        r = r > 1.0f ? 1.0f : r;", ("alpha", "beta"), ()),
+    "HardSwish": ("r = v / 6.0f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
+                  "        r = r > 1.0f ? 1.0f : r;\n        r = v * r;", (), ()),
+    "Silu": ("r = v / (1.0f + qcc_expf(-v));", (), ("expf",)),
+    "Elu": ("r = v > 0.0f ? v : alpha * (qcc_expf(v) - 1.0f);", ("alpha",), ("expf",)),
+    "Exp": ("r = qcc_expf(v);", (), ("expf",)),
+    "Abs": ("r = v < 0.0f ? -v : v;", (), ()),
+    "Neg": ("r = -v;", (), ()),
+    "Reciprocal": ("r = 1.0f / v;", (), ()),
+}
+
+
+def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
+    stmts, extra, helpers = UNARY[op]
+    name = f"qcc_{op.lower()}_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *scale_params(x, y), *(f"float {e}" for e in extra)]
+    deps = helpers + y.setter
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        const float v = {x.get("x[i]", "xinv")};
+        float r;
+        {stmts}
+        y[i] = {y.set("r", "yscale")};
+    }}
+}}
+""", deps)
+
+
+BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",
+              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv"}
+
+
+def binary(ks: KernelSet, op: str, t: CType) -> str:
+    """Elementwise with broadcasting (p == NULL: same shapes). Fixed: Add/Sub/Mul (sim rules)."""
+    name = f"qcc_{op.lower()}_{t.suffix}"
+    if not t.is_int:
+        expr = BINARY_F32[op]
+        params = "const float *a, const float *b, float *y, long n, const qcc_bcast_t *p"
+        prologue = ""
+        helpers: tuple[str, ...] = ("bcast",)
+    else:
+        params = (f"const {t.name} *a, const {t.name} *b, {t.name} *y, long n, const qcc_bcast_t *p, "
+                  "int sa_, int sb_, int shift")
+        if op == "Mul":
+            expr = f"({t.name})qcc_sat(qcc_shift((int64_t)av * bv, shift), {t.lo}, {t.hi})"
+            prologue = "(void)sa_;\n    (void)sb_;\n    "
+            helpers = ("bcast", "sat", "shift")
+        else:
+            fn = "qcc_sat_add" if op == "Add" else "qcc_sat_sub"
+            expr = (f"({t.name})qcc_sat(qcc_shift({fn}((int32_t)qcc_shift(av, sa_), "
+                    f"(int32_t)qcc_shift(bv, sb_), {t.bits}), shift), {t.lo}, {t.hi})")
+            prologue = ""
+            helpers = ("bcast", "sat", "shift", "sat_add" if op == "Add" else "sat_sub")
+    return ks.kernel(name, lambda: _broadcasting(name, params, t.name, expr, prologue), helpers)
+
+
+def _broadcasting(name: str, params: str, element: str, expr: str, prologue: str = "") -> str:
+    """A binary kernel's loops: same shapes when p == NULL, else walk the broadcast strides."""
+    return f"""
+static void {name}({params})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    {prologue}if (p == NULL) {{
+        for (i = 0; i < n; ++i) {{
+            const {element} av = a[i];
+            const {element} bv = b[i];
+            y[i] = {expr};
+        }}
+        return;
+    }}
+    for (i = 0; i < n; ++i) {{
+        const {element} av = a[ia];
+        const {element} bv = b[ib];
+        y[i] = {expr};
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+"""
+
+
+def table(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_table_{x.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* One-input elementwise op as a lookup: t[x - lo] (the table is computed by qcc). */
+static void {name}(const {x.name} *x, {y.name} *y, long n, const {y.name} *t)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = t[(int32_t)x[i] - ({x.lo})];
+    }}
+}}
+""")
+
+
+AFFINE_BINARY = {
+    # op: (extra parameters, element expression from av, bv)
+    "Add": ("int32_t za, int32_t zb, int64_t ma, int64_t mb, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ma + ((int64_t)bv - zb) * mb, 1, shift, zy, LO, HI)"),
+    "Sub": ("int32_t za, int32_t zb, int64_t ma, int64_t mb, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ma - ((int64_t)bv - zb) * mb, 1, shift, zy, LO, HI)"),
+    "Mul": ("int32_t za, int32_t zb, int64_t mult, int shift, int32_t zy",
+            "qcc_requant(((int64_t)av - za) * ((int64_t)bv - zb), mult, shift, zy, LO, HI)"),
+    "Max": ("int32_t za, int64_t ma, int sa, int32_t zb, int64_t mb, int sb, int32_t zy",
+            "qcc_max(qcc_requant((int64_t)av - za, ma, sa, zy, LO, HI), qcc_requant((int64_t)bv - zb, mb, sb, zy, LO, HI))"),
+    "Min": ("int32_t za, int64_t ma, int sa, int32_t zb, int64_t mb, int sb, int32_t zy",
+            "qcc_min(qcc_requant((int64_t)av - za, ma, sa, zy, LO, HI), qcc_requant((int64_t)bv - zb, mb, sb, zy, LO, HI))"),
+}
+
+
+def binary_affine(ks: KernelSet, op: str, a: CType, b: CType, y: CType) -> str:
+    """Elementwise with broadcasting (p == NULL: same shapes); see AFFINE_BINARY for the arithmetic."""
+    name = f"qcc_{op.lower()}_{a.suffix}_{b.suffix}_{y.suffix}"
+    extra, expr = AFFINE_BINARY[op]
+    expr = f"({y.name}){expr.replace('LO', str(y.lo)).replace('HI', str(y.hi))}"
+    helpers = ("bcast", "requant") + (("minmax",) if op in ("Max", "Min") else ())
+    params = f"const {a.name} *a, const {b.name} *b, {y.name} *y, long n, const qcc_bcast_t *p, {extra}"
+    return ks.kernel(name, lambda: _broadcasting(name, params, "int32_t", expr), helpers)

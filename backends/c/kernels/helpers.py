@@ -1,0 +1,249 @@
+"""Shared C of the kernels: integer helpers, parameter structs, and the set one model emits.
+
+Kernels are generated per element-type combination by the family modules beside this one
+(`conv`, `pool`, `elementwise`, `normalization`, `movement`); a `KernelSet` collects the ones a
+model uses, each after the helpers it calls, so only used code is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _saturating(name: str, op: str, high: str, low: str, doc: str) -> str:
+    """The runtime's sum_sat/sub_sat: wrap, then saturate only on the overflow patterns it tests."""
+    return f"""
+/* {doc} */
+static int32_t {name}(int32_t a, int32_t b, int bits)
+{{
+    const int32_t r = qcc_wrap((int64_t)a {op} b, bits);
+    if ({high}) {{
+        return ((int32_t)1 << (bits - 1)) - 1;
+    }}
+    if ({low}) {{
+        return -((int32_t)1 << (bits - 1));
+    }}
+    return r;
+}}
+"""
+
+
+HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sat": ("""
+static int32_t qcc_sat(int64_t v, int32_t lo, int32_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : (int32_t)v);
+}
+""", ()),
+    "shift": ("""
+/* v * 2^-n truncated toward zero (C division by 2^n, done with unsigned shifts); n < 0 multiplies. */
+static int64_t qcc_shift(int64_t v, int n)
+{
+    if (n > 0) {
+        return v >= 0 ? (int64_t)((uint64_t)v >> n) : -(int64_t)((uint64_t)-v >> n);
+    }
+    if (n < 0) {
+        return v * ((int64_t)1 << -n);
+    }
+    return v;
+}
+""", ()),
+    "wrap": ("""
+/* Two's-complement wrap to `bits` bits, without implementation-defined conversions. */
+static int32_t qcc_wrap(int64_t v, int bits)
+{
+    const uint32_t m = (uint32_t)1 << bits;
+    const uint32_t u = (uint32_t)((uint64_t)v & (m - 1u));
+    return u >= (m >> 1) ? (int32_t)u - (int32_t)m : (int32_t)u;
+}
+""", ()),
+    "sat_add": (_saturating("qcc_sat_add", "+", "a > 0 && b > 0 && r < 0", "a < 0 && b < 0 && r > 0",
+                            "nnabla-c-runtime's saturating add: overflow saturates, MIN + MIN wraps to 0."), ("wrap",)),
+    "sat_sub": (_saturating("qcc_sat_sub", "-", "r < 0 && a > 0 && b < 0", "r > 0 && a < 0 && b > 0",
+                            "nnabla-c-runtime's saturating subtract: 0 - MIN gives MIN."), ("wrap",)),
+    "store": ("""
+/* The setter: v * 2^frac (scale, exact) truncated toward zero and saturated; NaN stores 0. */
+static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)
+{
+    const float t = v * scale;
+    if (t != t) {
+        return 0;
+    }
+    if (t >= (float)hi) {
+        return hi;
+    }
+    if (t <= (float)lo) {
+        return lo;
+    }
+    return (int32_t)t;
+}
+""", ()),
+    "rint": ("""
+/* t rounded half to even (t finite and inside the int32 range). */
+static int32_t qcc_rint(float t)
+{
+    int32_t i = (int32_t)t;
+    const float r = t - (float)i;
+    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
+        i += 1;
+    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
+        i -= 1;
+    }
+    return i;
+}
+""", ()),
+    "round": ("""
+/* Input quantization: v * 2^frac rounded half to even, saturated; NaN gives 0. */
+static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
+{
+    const float t = v * scale;
+    if (t != t) {
+        return 0;
+    }
+    if (t >= (float)hi) {
+        return hi;
+    }
+    if (t <= (float)lo) {
+        return lo;
+    }
+    return qcc_rint(t);
+}
+""", ("rint",)),
+    "expf": ("""
+/* exp rounded once from double precision (qcc.sim.fixed.exp_f32). */
+static float qcc_expf(float v)
+{
+    return (float)exp((double)v);
+}
+""", ()),
+    "tanhf": ("""
+static float qcc_tanhf(float v)
+{
+    return (float)tanh((double)v);
+}
+""", ()),
+    "bcast": ("""
+/* Output index -> input indices of a broadcasting binary op (dims of size 1 have stride 0). */
+typedef struct {
+    int rank;
+    long shape[QCC_MAX_RANK];
+    long sa[QCC_MAX_RANK];
+    long sb[QCC_MAX_RANK];
+} qcc_bcast_t;
+
+static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
+{
+    int d;
+    for (d = p->rank - 1; d >= 0; --d) {
+        *ia += p->sa[d];
+        *ib += p->sb[d];
+        if (++idx[d] < p->shape[d]) {
+            return;
+        }
+        *ia -= p->sa[d] * p->shape[d];
+        *ib -= p->sb[d] * p->shape[d];
+        idx[d] = 0;
+    }
+}
+""", ()),
+    "perm": ("""
+/* Transpose: output shape and, per output axis, the input stride it walks. */
+typedef struct {
+    int rank;
+    long shape[QCC_MAX_RANK];
+    long stride[QCC_MAX_RANK];
+} qcc_perm_t;
+""", ()),
+    "conv_t": ("""
+#define QCC_CHUNK 32 /* output positions per row chunk (stack accumulators) */
+#define QCC_NARROW 8 /* chunk length for maps of at most this width */
+#define QCC_SPAN 32 /* widest (kw - 1) * dilation served by the zero-padded row buffer */
+
+typedef struct {
+    int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;
+} qcc_conv_t;
+""", ()),
+    "pool_t": ("""
+/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). */
+typedef struct {
+    int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew, include_pad;
+} qcc_pool_t;
+""", ()),
+    # affine mode (qcc.sim.affine_int): requantization, quantization, comparison
+    "requant": ("""
+/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
+static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
+{
+    const int64_t prod = v * m;
+    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    int64_t r;
+    if (s > 0) {
+        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
+    }
+    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
+    return qcc_sat(r + zp, lo, hi);
+}
+""", ("sat",)),
+    "quantize": ("""
+/* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
+static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
+{
+    const float t = v / scale;
+    if (t != t) {
+        return zp;
+    }
+    if (t <= (float)(lo - zp)) {
+        return lo;
+    }
+    if (t >= (float)(hi - zp)) {
+        return hi;
+    }
+    return qcc_rint(t) + zp;
+}
+""", ("rint",)),
+    "minmax": ("""
+static int32_t qcc_max(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+static int32_t qcc_min(int32_t a, int32_t b)
+{
+    return a < b ? a : b;
+}
+""", ()),
+}
+
+MATH_HELPERS = frozenset({"expf", "tanhf"})
+
+
+class KernelSet:
+    """The helpers and kernels one model needs, in dependency order."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, str] = {}
+        self.uses_math = False
+
+    def helper(self, name: str) -> None:
+        if name in self.code:
+            return
+        code, deps = HELPERS[name]
+        for dep in deps:
+            self.helper(dep)
+        self.uses_math |= name in MATH_HELPERS
+        self.code[name] = code
+
+    def kernel(self, name: str, make: Callable[[], str], helpers: tuple[str, ...] = ()) -> str:
+        for helper in helpers:
+            self.helper(helper)
+        if name not in self.code:
+            self.code[name] = make()
+        return name
+
+    def source(self) -> str:
+        return "".join(self.code.values())
+
+
+def signature(name: str, params: list[str]) -> str:
+    return f"static void {name}({', '.join(params)})"
+

@@ -1,0 +1,136 @@
+"""Data movement: requantizing copies (views, Quantize), Concat, Transpose, and the quantization
+of the graph's inputs and dequantization of its outputs."""
+
+from __future__ import annotations
+
+from qcc.backends.c.ctype import CType
+from qcc.backends.c.kernels.helpers import KernelSet, signature
+
+
+def convert(x: CType, y: CType, expr: str) -> tuple[str, tuple[str, ...], list[str]]:
+    """Copying one element between types: (expression, helpers, kernel parameters it reads).
+
+    Fixed point: requantization between positions (truncation, saturation); affine: requantization
+    between scales and zero points (qcc.sim.affine_int); float: a plain copy.
+    """
+    if y.affine is not None:
+        return (f"({y.name})qcc_requant((int64_t)({expr}) - zx, mult, shift, zy, {y.lo}, {y.hi})", ("requant",),
+                ["int32_t zx", "int32_t mult", "int shift", "int32_t zy"])
+    if x.is_int and y.is_int:
+        return f"({y.name})qcc_sat(qcc_shift({expr}, shift), {y.lo}, {y.hi})", ("sat", "shift"), ["int shift"]
+    return expr, (), []
+
+
+def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_concat_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[j * inner + k]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long inner", "long total", "long offset", *extra]
+    return ks.kernel(name, lambda: f"""
+/* One input of a Concat: `outer` rows of `inner` elements into rows of `total` at `offset`. */
+{signature(name, params)}
+{{
+    long j, k;
+    for (j = 0; j < outer; ++j) {{
+        for (k = 0; k < inner; ++k) {{
+            y[j * total + offset + k] = {value};
+        }}
+    }}
+}}
+""", helpers)
+
+
+def transpose(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[src]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long total = 1;
+    long i, src = 0;
+    int d;
+    for (d = 0; d < p->rank; ++d) {{
+        total *= p->shape[d];
+    }}
+    for (i = 0; i < total; ++i) {{
+        y[i] = {value};
+        for (d = p->rank - 1; d >= 0; --d) {{
+            src += p->stride[d];
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            src -= p->stride[d] * p->shape[d];
+            idx[d] = 0;
+        }}
+    }}
+}}
+""", ("perm", *helpers))
+
+
+def quantize_input(ks: KernelSet, y: CType) -> str:
+    name = f"qcc_quantize_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const float *x, {y.name} *q, long n, float scale)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        q[i] = ({y.name})qcc_round(x[i], scale, {y.lo}, {y.hi});
+    }}
+}}
+""", ("round",))
+
+
+def dequantize(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_dequantize_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *q, float *y, long n, float xinv)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = (float)q[i] * xinv;
+    }}
+}}
+""")
+
+
+def requant(ks: KernelSet, x: CType, y: CType) -> str:
+    """Views with a new annotation, Quantize: requantize every element (see _convert)."""
+    name = f"qcc_requant_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[i]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = {value};
+    }}
+}}
+""", helpers)
+
+
+def quantize_input_affine(ks: KernelSet, y: CType) -> str:
+    name = f"qcc_quantize_{y.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const float *x, {y.name} *q, long n, float scale, int32_t zp)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        q[i] = ({y.name})qcc_quantize(x[i], scale, zp, {y.lo}, {y.hi});
+    }}
+}}
+""", ("quantize",))
+
+
+def dequantize_affine(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_dequantize_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *q, float *y, long n, float scale, int32_t zp)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        y[i] = (float)((int32_t)q[i] - zp) * scale;
+    }}
+}}
+""")

@@ -1,0 +1,110 @@
+"""Softmax and normalization kernels (BatchNorm, LRN): float32 one operation per statement,
+between the mode's getter and setter."""
+
+from __future__ import annotations
+
+from qcc.backends.c.ctype import CType, scale_params
+from qcc.backends.c.kernels.helpers import KernelSet, signature
+
+
+def lrn_f32(ks: KernelSet) -> str:
+    ks.uses_math = True
+    return ks.kernel("qcc_lrn_f32", lambda: """
+static void qcc_lrn_f32(const float *x, float *y, int n, int c, long inner, int size, float alpha,
+                        float beta, float bias)
+{
+    const int lo = (size - 1) / 2;
+    const int hi = size - 1 - lo;
+    int b, ch, cc;
+    long i;
+    for (b = 0; b < n; ++b) {
+        for (ch = 0; ch < c; ++ch) {
+            const int c0 = ch - lo < 0 ? 0 : ch - lo;
+            const int c1 = ch + hi > c - 1 ? c - 1 : ch + hi;
+            for (i = 0; i < inner; ++i) {
+                float s = 0.0f;
+                float d;
+                for (cc = c0; cc <= c1; ++cc) {
+                    const float v = x[((long)b * c + cc) * inner + i];
+                    const float sq = v * v;
+                    s += sq;
+                }
+                d = alpha / (float)size;
+                d = d * s;
+                d = bias + d;
+                y[((long)b * c + ch) * inner + i] =
+                    x[((long)b * c + ch) * inner + i] / (float)pow((double)d, (double)beta);
+            }
+        }
+    }
+}
+""")
+
+
+def softmax(ks: KernelSet, x: CType, y: CType) -> str:
+    """Peak, then exponentials and their float32 sum in index order, then each divided by the sum.
+
+    Fixed point and float: nnabla-c-runtime's generic Softmax, which stores the exponentials in
+    the output and reads them back. Affine (qcc.sim.affine_int): exp(v - peak) is recomputed for
+    the division, so only the probabilities are quantized.
+    """
+    name = f"qcc_softmax_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", *scale_params(x, y)]
+    xv = x.get("x[base + k * inner]", "xinv")
+    if y.affine is not None:
+        total = f"total += qcc_expf({xv} - peak);"
+        final = f"const float e = qcc_expf({xv} - peak);\n                y[base + k * inner] = {y.set('e / total', '')};"
+    else:
+        total = (f"const float e = qcc_expf({xv} - peak);\n                y[base + k * inner] = {y.set('e', 'yscale')};"
+                 "\n                total = total + e;")
+        final = (f"const float v = {y.get('y[base + k * inner]', '(1.0f / yscale)')} / total;"
+                 f"\n                y[base + k * inner] = {y.set('v', 'yscale')};")
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long o, i, k;
+    for (o = 0; o < outer; ++o) {{
+        for (i = 0; i < inner; ++i) {{
+            const long base = o * axis * inner + i;
+            float peak = {x.get("x[base]", "xinv")};
+            float total = 0.0f;
+            for (k = 0; k < axis; ++k) {{
+                const float v = {xv};
+                peak = v > peak ? v : peak;
+            }}
+            for (k = 0; k < axis; ++k) {{
+                {total}
+            }}
+            for (k = 0; k < axis; ++k) {{
+                {final}
+            }}
+        }}
+    }}
+}}
+""", ("expf", *y.setter))
+
+
+def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_batchnorm_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "const float *mean", "const float *gamma", "const float *beta",
+              "const float *std", "long n", "long c", "long inner", *scale_params(x, y)]
+    deps = y.setter
+    return ks.kernel(name, lambda: f"""
+/* ((x - mean) * gamma) / std + beta, one float32 operation at a time. */
+{signature(name, params)}
+{{
+    long b, ch, i;
+    for (b = 0; b < n; ++b) {{
+        for (ch = 0; ch < c; ++ch) {{
+            const long base = (b * c + ch) * inner;
+            for (i = 0; i < inner; ++i) {{
+                float t = {x.get("x[base + i]", "xinv")} - mean[ch];
+                t = t * gamma[ch];
+                t = t / std[ch];
+                t = t + beta[ch];
+                y[base + i] = {y.set("t", "yscale")};
+            }}
+        }}
+    }}
+}}
+""", deps)

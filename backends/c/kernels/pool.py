@@ -1,0 +1,110 @@
+"""Pooling kernels (max, average, global) in every numeric mode, one window walk for all."""
+
+from __future__ import annotations
+
+from qcc.backends.c.ctype import CType
+from qcc.backends.c.kernels.helpers import KernelSet
+from qcc.backends.c.kernels.movement import convert
+
+
+def _window(kind: str) -> str:
+    """Pooling window bounds; `kind` 'avg' also computes the averaging count."""
+    count = """
+                    count = p->include_pad ? (long)(he - hs) * (we - ws) : 0;""" if kind == "avg" else ""
+    clipped = """
+                    if (!p->include_pad) {
+                        count = (long)(he - hs) * (we - ws);
+                    }""" if kind == "avg" else ""
+    return f"""
+                    int hs = oy * p->sh - p->ph;
+                    int ws = ox * p->sw - p->pw;
+                    int he = hs + p->kh < p->h + p->eh ? hs + p->kh : p->h + p->eh;
+                    int we = ws + p->kw < p->w + p->ew ? ws + p->kw : p->w + p->ew;{count}
+                    hs = hs < 0 ? 0 : hs;
+                    ws = ws < 0 ? 0 : ws;
+                    he = he > p->h ? p->h : he;
+                    we = we > p->w ? p->w : we;{clipped}"""
+
+
+def pool_loops(body: str, decls: str, kind: str) -> str:
+    return f"""
+{{
+    int b, c, oy, ox, iy, ix;
+    for (b = 0; b < p->n; ++b) {{
+        for (c = 0; c < p->c; ++c) {{
+            const long plane = ((long)b * p->c + c);
+            for (oy = 0; oy < p->oh; ++oy) {{
+                for (ox = 0; ox < p->ow; ++ox) {{{decls}{_window(kind)}{body}
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
+    """Max over the window, then the element copy of `_convert` (requantization is monotone)."""
+    name = f"qcc_maxpool_{x.suffix}" + ("" if x.suffix == y.suffix else f"_{y.suffix}")
+    acc = "float" if not x.is_int else "int32_t"
+    store, helpers, extra = convert(x, y, "m")
+    params = ", ".join([f"const {x.name} *x", f"{y.name} *y", "const qcc_pool_t *p", *extra])
+    body = f"""
+                    m = x[plane * p->h * p->w + (long)hs * p->w + ws];
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            const {acc} v = x[plane * p->h * p->w + (long)iy * p->w + ix];
+                            m = v > m ? v : m;
+                        }}
+                    }}
+                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = {store};"""
+    decls = f"\n                    {acc} m;"
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "max"),
+                     ("pool_t", *helpers))
+
+
+def avgpool(ks: KernelSet, t: CType) -> str:
+    name = f"qcc_avgpool_{t.suffix}"
+    if t.is_int:
+        sum_t = "int64_t"
+        wide = 2 * t.bits
+        lo, hi = -(1 << (wide - 1)), (1 << (wide - 1)) - 1
+        wrap_sum = "s = qcc_wrap(s, 16);\n                    " if t.bits == 8 else ""
+        store = (f"{wrap_sum}a = qcc_wrap(s / count, {t.bits});\n"
+                 f"                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = ({t.name})qcc_wrap(\n"
+                 f"                        qcc_sat(qcc_shift(a, shift), ({lo + 1} - 1), {hi}), {t.bits});")
+        decls = f"\n                    {sum_t} s = 0;\n                    long count;\n                    int32_t a;"
+        params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p, int shift"
+        helpers: tuple[str, ...] = ("pool_t", "sat", "shift", "wrap")
+    else:
+        sum_t = "float"
+        store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = s / (float)count;"
+        decls = "\n                    float s = 0.0f;\n                    long count;"
+        params = "const float *x, float *y, const qcc_pool_t *p"
+        helpers = ("pool_t",)
+    body = f"""
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            s += ({sum_t})x[plane * p->h * p->w + (long)iy * p->w + ix];
+                        }}
+                    }}
+                    {store}"""
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "avg"), helpers)
+
+
+def avgpool_affine(ks: KernelSet, x: CType, y: CType) -> str:
+    name = f"qcc_avgpool_{x.suffix}_{y.suffix}"
+    body = f"""
+                    for (iy = hs; iy < he; ++iy) {{
+                        for (ix = ws; ix < we; ++ix) {{
+                            s += (int32_t)x[plane * p->h * p->w + (long)iy * p->w + ix] - zx;
+                        }}
+                    }}
+                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] =
+                        ({y.name})qcc_requant(s, mult[count], shift[count], zy, {y.lo}, {y.hi});"""
+    params = (f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, int32_t zx, const int32_t *mult, "
+              "const int32_t *shift, int32_t zy")
+    decls = "\n                    int32_t s = 0;\n                    long count;"
+    return ks.kernel(name, lambda: f"""
+/* The sum of (x - zx) over the window, requantized by the multiplier of its element count. */
+static void {name}({params})""" + pool_loops(body, decls, "avg"), ("pool_t", "requant"))

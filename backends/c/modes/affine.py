@@ -1,0 +1,201 @@
+"""Affine int8/uint8 mode: every activation per-tensor affine; exactly the arithmetic of
+`qcc.sim.affine_int`, so outputs are bit-identical to `run_affine_int`.
+
+Every constant the kernels use (centered weights, accumulator biases, multipliers and shifts,
+lookup tables) is computed by `qcc.sim.affine_int`; this module only places them in C arrays and
+chooses kernels. Any one-input elementwise op of the registry is a lookup table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import qcc.backends.c.modes.shared as shared
+from qcc.backends.c.ctype import CType, hexfloat
+from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import movement as KM
+from qcc.backends.c.kernels import pool as KP
+from qcc.backends.c.kernels.helpers import KernelSet
+from qcc.backends.c.lower import (
+    Arg,
+    Call,
+    LowerFn,
+    Lowering,
+    NumericMode,
+    Ptr,
+    Step,
+    numel,
+    static_shape,
+    where,
+)
+from qcc.backends.c.params import bcast_params, conv_params, pool_params
+
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Node, Value
+from qcc.ir.types import Affine
+from qcc.sim import affine_int as ai
+
+INT_TYPES = {dtype: CType(affine=Affine((1.0,), (0,), dtype)) for dtype in ("int8", "int16", "int32")}
+
+
+def int_array(lw: Lowering, data: np.ndarray, base: str, comment: str, dtype: str | None = None) -> tuple[str, CType]:
+    """Integers in the narrowest of int8/int16/int32 that holds them (or `dtype`)."""
+    data = np.asarray(data, dtype=np.int64)
+    if dtype is None:
+        peak = int(np.abs(data).max(initial=0)) + 1
+        dtype = "int8" if peak <= 128 else "int16" if peak <= 32768 else "int32"
+    ctype = INT_TYPES[dtype]
+    return lw.array(data, ctype, base, comment), ctype
+
+
+def i32(lw: Lowering, data: np.ndarray, base: str, comment: str) -> str:
+    return int_array(lw, data, base, comment, "int32")[0]
+
+
+def zp(value: Value) -> str:
+    return str(ai.act(value)[1])
+
+
+def requant_args(x: Value, y: Value) -> list[str]:
+    """zx, m, s, zy: moving a stored value from x's scale and zero point to y's."""
+    m, s = ai.pass_params(x, y)
+    return [zp(x), str(m), str(s), zp(y)]
+
+
+def _layer_arrays(lw: Lowering, node: Node, transpose: bool = False) -> tuple[CType, str, str, str, str]:
+    """A Conv/Dense's weight element type and its arrays: weights (Dense's transposed to (out, in)),
+    bias, multipliers, shifts."""
+    li = ai.layer_ints(node)
+    weights = li.weights.T if transpose else li.weights
+    w, wt = int_array(lw, weights, f"qcc_w_{node.name}",
+                      f"{node.input(1).name} minus its zero point" + (", transposed (out, in)" if transpose else ""))
+    return (wt, w, i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale"),
+            i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
+            i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
+
+
+def _conv(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    wt, w, bias, mult, shift = _layer_arrays(lw, node)
+    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_params(lw, node), zp(x), mult, shift, zp(y)))])
+
+
+def _dense(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    n, k = static_shape(x)
+    wt, w, bias, mult, shift = _layer_arrays(lw, node, transpose=True)
+    fn = KC.dense_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), str(n), str(k), str(static_shape(y)[1]), zp(x), mult,
+                                 shift, zp(y)))])
+
+
+def _pool(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    params, window = pool_params(lw, node)
+    if node.op in ("MaxPool", "GlobalMaxPool"):
+        fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
+        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *requant_args(x, y)))])
+    m, s = ai.count_params(node, window)
+    mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")
+    shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shift of {node.name} per element count")
+    fn = KP.avgpool_affine(lw.kernels, lw.ctype(x), lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, zp(x), mult, shift, zp(y)))])
+
+
+def _table(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    table = lw.array(ai.unary_table(node), lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
+    step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
+    step.inplace = (0,)
+    return step
+
+
+def _binary(lw: Lowering, node: Node) -> Step:
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    out = static_shape(y)
+    sa, sy = ai.act(a)[0], ai.act(y)[0]
+    sb = ai.act(b)[0]
+    if node.op in ("Add", "Sub"):
+        (ma, mb), s = ai.common_params([sa / sy, sb / sy])
+        extra = [zp(a), zp(b), str(ma), str(mb), str(s), zp(y)]
+    elif node.op == "Mul":
+        m, s = ai.requant_params(sa * sb / sy)
+        extra = [zp(a), zp(b), str(m), str(s), zp(y)]
+    else:
+        (ma, s_a), (mb, s_b) = ai.pass_params(a, y), ai.pass_params(b, y)
+        extra = [zp(a), str(ma), str(s_a), zp(b), str(mb), str(s_b), zp(y)]
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast_params(lw, node),
+                       *extra]
+    fn = KE.binary_affine(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y))
+    step = Step(node, [Call(fn, tuple(args))])
+    step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == out)
+    return step
+
+
+class AffineMode(NumericMode):
+    name = "affine"
+    title = "affine int8/uint8 with integer requantization (bit-identical to qcc.sim.affine_int.run_affine_int)"
+    integer = True
+    lowerings: ClassVar[dict[str, LowerFn]] = {
+        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
+        "BatchNorm": shared.batchnorm, **{op: _binary for op in KE.AFFINE_BINARY},
+    }
+
+    def claims(self, acts: Sequence[Value]) -> bool:
+        return any(isinstance(v.quant, Affine) for v in acts)
+
+    def check(self, acts: Sequence[Value]) -> None:
+        for value in acts:
+            if not isinstance(value.quant, Affine):
+                raise UnsupportedError(
+                    f"target c: tensor {value.name!r}{where(value)} is {value.quant or 'float'} while other "
+                    "activations are affine; target c needs every activation affine int8/uint8 (or none)")
+            try:
+                ai.act(value)
+            except UnsupportedError as exc:
+                raise UnsupportedError(f"target c: {exc}{where(value)}") from None
+
+    def ctype(self, value: Value) -> CType:
+        return CType(affine=ai.affine_of(value))
+
+    def param(self, lw: Lowering, value: Value, node: Node) -> tuple[CType, np.ndarray, str]:
+        quant = ai.affine_of(value)
+        if quant is None or quant.axis is not None or quant.dtype not in ai.ACT_DTYPES:
+            raise lw.unsupported(node, f"parameter {value.name!r} is {quant or 'float'}, not per-tensor int8/uint8")
+        return CType(affine=quant), ai.store_param(value), f"{value.name}: {quant}"
+
+    def scales(self, x: Value, y: Value) -> list[str]:
+        """sx, zx (the getter's), sy, zy (the setter's)."""
+        (sx, zx, _), (sy, zy, _) = ai.act(x), ai.act(y)
+        return [hexfloat(sx), str(zx), hexfloat(sy), str(zy)]
+
+    def copy_args(self, lw: Lowering, node: Node, x: Value, y: Value) -> list[str]:
+        return requant_args(x, y)
+
+    def transfer(self, ks: KernelSet, value: Value, inbound: bool) -> tuple[str, list[str]] | None:
+        ct = self.ctype(value)
+        assert ct.affine is not None
+        fn = (KM.quantize_input_affine if inbound else KM.dequantize_affine)(ks, ct)
+        return fn, [hexfloat(ct.affine.scale[0]), str(ct.affine.zero_point[0])]
+
+    def tensor_macros(self, key: str, value: Value) -> list[str]:
+        quant = value.quant
+        lines = [f'#define {key}_TYPE "{quant}"']
+        if isinstance(quant, Affine):
+            lines += [f"#define {key}_SCALE {hexfloat(quant.scale[0])}", f"#define {key}_ZERO_POINT {quant.zero_point[0]}"]
+        return lines
+
+    def view(self, lw: Lowering, node: Node) -> Step:
+        return shared.view(lw, node)
+
+    def derived_lowering(self, op: str) -> LowerFn | None:
+        """One-input elementwise ops (any schema) become lookup tables."""
+        return _table if ai.is_table_op(op) else None
+
+
+AFFINE_MODE = AffineMode()

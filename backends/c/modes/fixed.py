@@ -1,0 +1,221 @@
+"""Fixed-point mode: every activation FixedPoint(8|16, frac); exactly the arithmetic of
+`qcc.sim.fixed` (nnabla-c-runtime's), so outputs are bit-identical to `run_fixed`.
+
+Ops with an integer kernel in the simulator (`fx.dedicated_problem` is None) get the integer C
+kernel; LeakyRelu, Clip, Sigmoid, Tanh, Relu of mixed widths, Softmax and BatchNorm compute in
+float32 between the runtime's getter and setter; every other op the float mode lowers has no
+bit-exact fixed-point kernel and is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import qcc.backends.c.modes.shared as shared
+from qcc.backends.c.ctype import CType, pow2
+from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import movement as KM
+from qcc.backends.c.kernels import pool as KP
+from qcc.backends.c.kernels.helpers import KernelSet
+from qcc.backends.c.lower import (
+    Arg,
+    Call,
+    LowerFn,
+    Lowering,
+    NumericMode,
+    Ptr,
+    Step,
+    numel,
+    static_shape,
+    where,
+)
+from qcc.backends.c.modes.float32 import FLOAT_MODE
+from qcc.backends.c.params import bcast_params, conv_params, pool_params
+
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Node, Value
+from qcc.ir.types import FixedPoint
+from qcc.sim import fixed as fx
+
+GENERIC_UNARY = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh")
+"""One-input activations computed in float32 between getter and setter (the runtime's generic path)."""
+
+
+def frac(value: Value) -> int:
+    fixed = fx.fixed_of(value)
+    assert fixed is not None
+    return fixed.frac
+
+
+def shift(lw: Lowering, node: Node, n: int) -> str:
+    """A rescale by 2**-n as a kernel argument (the simulator's range)."""
+    if abs(n) > fx.MAX_SHIFT:
+        raise lw.unsupported(node, f"fixed-point rescale by 2**{-n} is out of range")
+    return str(n)
+
+
+def require_dedicated(lw: Lowering, node: Node) -> None:
+    """The node's operands are what the simulator's integer kernel needs (or UnsupportedError)."""
+    problem = fx.dedicated_problem(node)
+    if problem is not None:
+        raise lw.unsupported(node, problem)
+
+
+def _bias(lw: Lowering, node: Node, b: Value | None, cy: CType) -> str:
+    if b is None:
+        return "NULL"
+    if b.const is None:
+        raise lw.unsupported(node, f"bias {b.name!r} is not a constant")
+    data = fx.bias_ints(node, fx.quantize_param(b))
+    return lw.array(data, cy, f"qcc_b_{node.name}", f"bias of {node.name} at the output's position")
+
+
+def _conv(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    kh, kw = static_shape(w)[2:]
+    params = conv_params(lw, node)
+    require_dedicated(lw, node)
+    cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
+    fn = KC.conv_fixed(lw.kernels, cx, cw, cy, pointwise=kh * kw == 1)
+    bias = _bias(lw, node, b, cy)
+    n = frac(x) + frac(w) - frac(y)
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, shift(lw, node, n)))])
+
+
+def _dense(lw: Lowering, node: Node) -> Step:
+    """Weights are emitted transposed (m, k) so each sum reads contiguous rows."""
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    n, k = static_shape(x)
+    dims = (str(n), str(k), str(static_shape(y)[1]))
+    require_dedicated(lw, node)
+    if w.const is None:
+        raise lw.unsupported(node, "weights must be constant")
+    cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
+    wt = lw.array(fx.quantize_param(w).T, cw, f"qcc_wt_{node.name}", f"{w.name} transposed (out, in)")
+    rescale = frac(x) + frac(w) - frac(y)
+    fn = KC.dense_fixed(lw.kernels, cx, cw, cy)
+    return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, shift(lw, node, rescale)))])
+
+
+def _pool(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    params, _ = pool_params(lw, node)
+    require_dedicated(lw, node)
+    cx = lw.ctype(x)
+    average = node.op in ("AvgPool", "GlobalAvgPool")
+    fn = KP.avgpool(lw.kernels, cx) if average else KP.maxpool(lw.kernels, cx, lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, shift(lw, node, frac(x) - frac(y))))])
+
+
+def _unary(lw: Lowering, node: Node) -> Step:
+    """Relu with one width is an integer kernel; the rest is the float32 generic path."""
+    x, y = node.input(0), node.outputs[0]
+    if node.op == "Relu" and fx.dedicated_problem(node) is None:
+        fn = KE.relu_fixed(lw.kernels, lw.ctype(x))
+        step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), shift(lw, node, frac(x) - frac(y))))])
+        step.inplace = (0,)
+        return step
+    return shared.unary(lw, node)
+
+
+def _binary(lw: Lowering, node: Node) -> Step:
+    """Add/Sub align both inputs to the coarser position; Mul truncates the product (sim rules)."""
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    out = static_shape(y)
+    bcast = bcast_params(lw, node)
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast]
+    require_dedicated(lw, node)
+    fa, fb, fy = frac(a), frac(b), frac(y)
+    if node.op == "Mul":
+        args += ["0", "0", shift(lw, node, fa + fb - fy)]
+    else:
+        common = min(fa, fb)
+        args += [shift(lw, node, fa - common), shift(lw, node, fb - common), shift(lw, node, common - fy)]
+    step = Step(node, [Call(KE.binary(lw.kernels, node.op, lw.ctype(y)), tuple(args))])
+    step.inplace = tuple(i for i, v in enumerate((a, b))
+                         if v.const is None and static_shape(v) == out and lw.ctype(v).size == lw.ctype(y).size)
+    return step
+
+
+def _transpose(lw: Lowering, node: Node) -> Step:
+    require_dedicated(lw, node)
+    return shared.transpose(lw, node)
+
+
+class FixedMode(NumericMode):
+    name = "fixed"
+    title = "fixed point (nnabla-c-runtime arithmetic, bit-identical to qcc.sim.fixed.run_fixed)"
+    integer = True
+    lowerings: ClassVar[dict[str, LowerFn]] = {
+        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
+        "Transpose": _transpose, "Add": _binary, "Sub": _binary, "Mul": _binary,
+        **{op: _unary for op in GENERIC_UNARY},
+    }
+
+    def claims(self, acts: Sequence[Value]) -> bool:
+        return any(isinstance(v.quant, FixedPoint) for v in acts)
+
+    def check(self, acts: Sequence[Value]) -> None:
+        for value in acts:
+            quant = value.quant
+            if not isinstance(quant, FixedPoint):
+                raise UnsupportedError(
+                    f"target c: tensor {value.name!r}{where(value)} is {quant or 'float'} while other activations "
+                    "are fixed point; target c needs every activation fixed point (or none)")
+            if quant.bits not in (8, 16):
+                raise UnsupportedError(f"target c: tensor {value.name!r} is {quant}; only 8- and 16-bit fixed "
+                                       "point is supported")
+
+    def ctype(self, value: Value) -> CType:
+        return CType(fx.fixed_of(value))
+
+    def param(self, lw: Lowering, value: Value, node: Node) -> tuple[CType, np.ndarray, str]:
+        fixed = fx.fixed_of(value)
+        stored = fx.quantize_param(value)
+        if fixed is None:
+            raise UnsupportedError(f"target c: node {node.name!r} ({node.op}): parameter {value.name!r} is "
+                                   "not fixed point")
+        return CType(fixed), stored, f"{value.name}: {value.type} {value.quant or ''}".rstrip()
+
+    def scales(self, x: Value, y: Value) -> list[str]:
+        """2**-fx (the getter's factor) and 2**fy (the setter's)."""
+        cx, cy = self.ctype(x), self.ctype(y)
+        out = []
+        if cx.fixed is not None:
+            out.append(pow2(-cx.fixed.frac))
+        if cy.fixed is not None:
+            out.append(pow2(cy.fixed.frac))
+        return out
+
+    def copy_args(self, lw: Lowering, node: Node, x: Value, y: Value) -> list[str]:
+        return [shift(lw, node, frac(x) - frac(y))]
+
+    def transfer(self, ks: KernelSet, value: Value, inbound: bool) -> tuple[str, list[str]] | None:
+        ct = self.ctype(value)
+        assert ct.fixed is not None
+        fn = (KM.quantize_input if inbound else KM.dequantize)(ks, ct)
+        return fn, [pow2(ct.fixed.frac if inbound else -ct.fixed.frac)]
+
+    def tensor_macros(self, key: str, value: Value) -> list[str]:
+        quant = value.quant
+        lines = [f'#define {key}_TYPE "{quant}"']
+        if isinstance(quant, FixedPoint):
+            lines += [f"#define {key}_BITS {quant.bits}", f"#define {key}_FRAC {quant.frac}"]
+        return lines
+
+    def view(self, lw: Lowering, node: Node) -> Step:
+        if node.input(0).quant != node.outputs[0].quant:
+            require_dedicated(lw, node)
+        return shared.view(lw, node)
+
+    def refusal(self, op: str) -> str:
+        return "no bit-exact fixed-point kernel" if FLOAT_MODE.lowering(op) is not None else ""
+
+
+FIXED_MODE = FixedMode()

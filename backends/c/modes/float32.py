@@ -1,0 +1,129 @@
+"""Float mode: no activation annotated; every kernel computes in float32.
+
+Weights annotated by a weight-only scheme are stored as the float values they read back as.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+import qcc.backends.c.modes.shared as shared
+from qcc.backends.c.ctype import FLOAT, CType
+from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import normalization as KN
+from qcc.backends.c.kernels import pool as KP
+from qcc.backends.c.kernels.helpers import KernelSet
+from qcc.backends.c.lower import (
+    Arg,
+    Call,
+    LowerFn,
+    Lowering,
+    NumericMode,
+    Ptr,
+    Step,
+    numel,
+    static_shape,
+)
+from qcc.backends.c.params import bcast_params, conv_params, float_literal, pool_params
+
+from qcc.errors import UnsupportedError
+from qcc.ir.core import Node, Value
+from qcc.sim import fixed as fx
+
+
+def _conv(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    params = conv_params(lw, node)
+    fn = KC.conv_f32(lw.kernels)
+    bias = lw.const(b, node) if b is not None else "NULL"
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
+
+
+def _dense(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    n, k = static_shape(x)
+    fn = KC.dense_f32(lw.kernels)
+    bias = lw.const(b, node) if b is not None else "NULL"
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), str(n), str(k), str(static_shape(y)[1])))])
+
+
+def _pool(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    params, _ = pool_params(lw, node)
+    average = node.op in ("AvgPool", "GlobalAvgPool")
+    fn = KP.avgpool(lw.kernels, FLOAT) if average else KP.maxpool(lw.kernels, FLOAT, FLOAT)
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
+
+
+def binary(lw: Lowering, node: Node) -> Step:
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    out = static_shape(y)
+    bcast = bcast_params(lw, node)
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast]
+    step = Step(node, [Call(KE.binary(lw.kernels, node.op, FLOAT), tuple(args))])
+    step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == out)
+    return step
+
+
+def _lrn(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    shape = static_shape(x)
+    a = node.attrs
+    args = (Ptr(x), Ptr(y), str(shape[0]), str(shape[1]), str(int(np.prod(shape[2:]))), str(a["size"]),
+            float_literal(a["alpha"]), float_literal(a["beta"]), float_literal(a["bias"]))
+    return Step(node, [Call(KN.lrn_f32(lw.kernels), args)])
+
+
+class FloatMode(NumericMode):
+    name = "float"
+    title = "float32"
+    integer = False
+    lowerings: ClassVar[dict[str, LowerFn]] = {
+        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
+        "Transpose": shared.transpose, "LRN": _lrn,
+        **{op: shared.unary for op in KE.UNARY},
+        **{op: binary for op in KE.BINARY_F32},
+    }
+
+    def claims(self, acts: Sequence[Value]) -> bool:
+        return True
+
+    def check(self, acts: Sequence[Value]) -> None:
+        for value in acts:
+            if value.type.dtype != "float32":
+                raise UnsupportedError(f"target c: tensor {value.name!r} has dtype {value.type.dtype}; "
+                                       "only float32 tensors are supported")
+
+    def ctype(self, value: Value) -> CType:
+        return FLOAT
+
+    def param(self, lw: Lowering, value: Value, node: Node) -> tuple[CType, np.ndarray, str]:
+        stored = fx.quantize_param(value)
+        if fx.fixed_of(value) is not None:
+            stored = fx.dequantize_stored(value, stored)
+        return FLOAT, stored, f"{value.name}: {value.type} {value.quant or ''}".rstrip()
+
+    def scales(self, x: Value, y: Value) -> list[str]:
+        return []
+
+    def copy_args(self, lw: Lowering, node: Node, x: Value, y: Value) -> list[str]:
+        return []
+
+    def transfer(self, ks: KernelSet, value: Value, inbound: bool) -> tuple[str, list[str]] | None:
+        return None
+
+    def tensor_macros(self, key: str, value: Value) -> list[str]:
+        return [f'#define {key}_TYPE "float32"']
+
+    def view(self, lw: Lowering, node: Node) -> Step:
+        """Every view is the input's storage (annotations of float tensors change no value)."""
+        return Step(node, alias=True)
+
+
+FLOAT_MODE = FloatMode()

@@ -1,0 +1,82 @@
+"""The static parameter structs the kernels read (convolution, pooling, permutation and
+broadcasting geometry) and float attributes as C literals: the same in every numeric mode."""
+
+from __future__ import annotations
+
+import numpy as np
+from qcc.backends.c.lower import MAX_RANK, Lowering, static_shape
+
+from qcc.ir.core import Node
+from qcc.ir.ops._common import attr_list
+
+
+def conv_params(lw: Lowering, node: Node) -> str:
+    """The qcc_conv_t of a Conv; a pointwise one is one long row (longer inner loops)."""
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    o, _, kh, kw = static_shape(w)
+    geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
+            node.attrs["group"]]
+    if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):
+        geom[2:4], geom[5:7] = [1, xs[2] * xs[3]], [1, ys[2] * ys[3]]
+    return lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
+
+
+def pool_params(lw: Lowering, node: Node) -> tuple[str, int]:
+    """The qcc_pool_t of a pooling node and its window size (the most elements one output reads)."""
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    if len(xs) != 4:
+        raise lw.unsupported(node, f"rank-{len(xs)} input (only NCHW pooling)")
+    if node.op.startswith("Global"):
+        kernel, strides, pads, include = [xs[2], xs[3]], [1, 1], [0, 0, 0, 0], 0
+    else:
+        kernel, strides, pads = node.attrs["kernel"], attr_list(node.attrs, "strides", 2, 1), node.attrs["pads"]
+        include = int(node.attrs.get("count_include_pad", False))
+    geom = [xs[0], xs[1], xs[2], xs[3], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
+            pads[0], pads[1], pads[2], pads[3], include]
+    return lw.struct("qcc_pool_t", f"qcc_p_{node.name}", geom), kernel[0] * kernel[1]
+
+
+def bcast_params(lw: Lowering, node: Node) -> str:
+    """The qcc_bcast_t of a binary node, "NULL" when both inputs have the output's shape."""
+    sa, sb, out = static_shape(node.input(0)), static_shape(node.input(1)), static_shape(node.outputs[0])
+    if sa == out and sb == out:
+        return "NULL"
+    rank = len(out)
+    if rank > MAX_RANK:
+        raise lw.unsupported(node, f"rank {rank} > {MAX_RANK}")
+
+    def strides(shape: tuple[int, ...]) -> list[int]:
+        full = (1,) * (rank - len(shape)) + shape
+        st, acc = [0] * rank, 1
+        for i in range(rank - 1, -1, -1):
+            st[i] = 0 if full[i] == 1 else acc
+            acc *= full[i]
+        return st
+
+    pad = [0] * (MAX_RANK - rank)
+    fields: list[int | list[int]] = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
+    return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
+
+
+def perm_params(lw: Lowering, node: Node) -> str:
+    """The qcc_perm_t of a Transpose: output shape and the input stride each output axis walks."""
+    x, y = node.input(0), node.outputs[0]
+    perm = node.attrs["perm"]
+    xs = static_shape(x)
+    if len(xs) > MAX_RANK:
+        raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
+    in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
+    pad = [0] * (MAX_RANK - len(xs))
+    fields: list[int | list[int]] = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
+    return lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
+
+
+def float_literal(value: float) -> str:
+    """A float attribute as the C float literal of its float32 value."""
+    text = repr(float(np.float32(value)))
+    if "e" not in text and "." not in text and "inf" not in text:
+        text += ".0"
+    return f"{text}f"

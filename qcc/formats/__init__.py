@@ -1,0 +1,1 @@
+"""File formats shared by frontends and backends (nnabla function names, ...)."""

@@ -581,6 +581,10 @@ class NnpBackend:
     output_is_directory = False
     requires: tuple[str, ...] = ()
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops EMITTERS writes as nnabla functions."""
+        return {"nnp": dict.fromkeys(EMITTERS, "yes")}
+
     def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
         data = to_nnp_bytes(model, options.get("batch_size"), options.get("parameter_format") or ".protobuf")
         atomic_write_bytes(out, data)

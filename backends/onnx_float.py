@@ -15,6 +15,12 @@ class OnnxBackend:
     output_is_directory = False
     requires: tuple[str, ...] = ()
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops `onnx_export.EXPORTERS` writes."""
+        from qcc.backends.onnx_export import EXPORTERS
+
+        return {"onnx": dict.fromkeys(EXPORTERS, "yes")}
+
     def to_bytes(self, model: Model) -> bytes:
         from qcc.backends.onnx_export import to_onnx
 

@@ -27,6 +27,12 @@ class CBackend:
     integer_affine = True
     """Affine models run in integer arithmetic (qcc.sim.affine_int): --eval simulates that."""
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix columns of the three numeric modes (backends/c/support.py)."""
+        from qcc.backends.c.support import op_support
+
+        return op_support()
+
     def write(self, model: Model, out: str | os.PathLike[str], **options: Any) -> None:
         """Generate everything first (errors leave no output), then write the directory atomically.
 

@@ -111,6 +111,12 @@ class NnbBackend:
     output_is_directory = False
     requires: tuple[str, ...] = ()
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops `lower.LOWERINGS` maps to runtime functions."""
+        from .lower import LOWERINGS
+
+        return {"nnb": dict.fromkeys(LOWERINGS, "yes")}
+
     def write(self, model: Model, out: str | os.PathLike[str], nnb_version: int = 3, api: int = 44,
               plan: str = "qcc", settings: str | None = None, **_: Any) -> list[str]:
         """Write the file; returns the functions computed in float because their operands'

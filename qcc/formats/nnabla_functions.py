@@ -66,6 +66,7 @@ DIRECT: tuple[Direct, ...] = (
     Direct("Erf", "Erf"),
     Direct("Identity", "Identity"),
     Direct("GlobalAveragePooling", "GlobalAvgPool"),
+    Direct("SoftPlus", "Softplus", {"beta": 1.0}),
 )
 """Functions generic readers and writers map on their own (one line adds an op to all of them)."""
 

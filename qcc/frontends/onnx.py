@@ -229,7 +229,7 @@ def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 _UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
           "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal", "HardSwish": "HardSwish",
-          "Identity": "Identity"}
+          "Identity": "Identity", "Softplus": "Softplus"}
 
 
 @importer(*_UNARY, emits=_UNARY)

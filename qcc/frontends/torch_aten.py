@@ -194,6 +194,14 @@ def _unary(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.emit(_UNARY[name], ctx.value(a["self"]))
 
 
+@converts("aten.softplus.default", emits=("Softplus",), keep_whole=True)
+def _softplus(ctx: TorchCtx, a: dict[str, Any]) -> Value:
+    beta, threshold = float(a.get("beta", 1)), float(a.get("threshold", 20))
+    if beta != 1.0 or threshold < 20.0:  # above 20 torch returns x, which is log(1 + exp(x)) in float32
+        raise ctx.fail(f"softplus with beta={beta:g}, threshold={threshold:g} (qcc's Softplus: beta 1, threshold >= 20)")
+    return ctx.emit("Softplus", ctx.value(a["self"]))
+
+
 @converts(*_keys("rsqrt", inplace=True), emits=("Sqrt", "Reciprocal"))
 def _rsqrt(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     root = ctx.emit("Sqrt", ctx.value(a["self"]), part="sqrt")

@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from qcc.errors import UnsupportedError
+from qcc.formats import nnabla_functions as nf
 from qcc.formats.nnp_archive import param_field
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
@@ -323,17 +324,14 @@ def _bn(w: NnpWriter, node: Node) -> None:
 
 
 # ----------------------------------------------------------------------------- elementwise
-_PLAIN = {"Relu": "ReLU", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Silu": "Swish", "Abs": "Abs", "Exp": "Exp",
-          "Log": "Log", "Erf": "Erf", "Identity": "Identity", "Dropout": "Identity"}
-
-
-@emitter(*_PLAIN)
+@emitter(*nf.DIRECT_BY_OP, "Dropout")
 def _plain(w: NnpWriter, node: Node) -> None:
     saved = node.meta.get("nnp.function")
     if node.op == "Identity" and saved is not None:
         _restore(w, node, saved, [w.operand(node.input(0))])
         return
-    _one(w, node, _PLAIN[node.op], inputs=[w.operand(node.input(0))])
+    direct = nf.DIRECT_BY_OP["Identity" if node.op == "Dropout" else node.op]  # Dropout: identity at inference
+    _one(w, node, direct.function, dict(direct.args), inputs=[w.operand(node.input(0))])
 
 
 _UNARY_CHAINS: dict[str, Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]]]] = {
@@ -396,18 +394,7 @@ def _softmax(w: NnpWriter, node: Node) -> None:
     _one(w, node, "Softmax", {"axis": node.attrs["axis"] % node.input(0).type.rank})
 
 
-_TWO = {"Add": "Add2", "Sub": "Sub2", "Mul": "Mul2", "Div": "Div2", "Pow": "Pow2", "Max": "Maximum2",
-        "Min": "Minimum2"}
-# (op, constant on the right?) -> (scalar function, value transform)
-_SCALARS: dict[tuple[str, bool], tuple[str, Callable[[float], float]]] = {
-    ("Add", True): ("AddScalar", lambda c: c), ("Add", False): ("AddScalar", lambda c: c),
-    ("Mul", True): ("MulScalar", lambda c: c), ("Mul", False): ("MulScalar", lambda c: c),
-    ("Sub", True): ("AddScalar", lambda c: -c), ("Sub", False): ("RSubScalar", lambda c: c),
-    ("Div", False): ("RDivScalar", lambda c: c), ("Pow", True): ("PowScalar", lambda c: c),
-    ("Pow", False): ("RPowScalar", lambda c: c), ("Max", True): ("MaximumScalar", lambda c: c),
-    ("Max", False): ("MaximumScalar", lambda c: c), ("Min", True): ("MinimumScalar", lambda c: c),
-    ("Min", False): ("MinimumScalar", lambda c: c),
-}
+_TWO = {op: nf.nnabla_function(op) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")}
 _INPLACE = {"AddScalar", "MulScalar", "PowScalar"}
 
 
@@ -416,10 +403,12 @@ def _binary(w: NnpWriter, node: Node) -> None:
     a, b = node.input(0), node.input(1)
     rank = node.outputs[0].type.rank
     for const, other, right in ((b, a, True), (a, b, False)):
+        scalar = nf.scalar_function(node.op, scalar_left=not right)
         if const.const is not None and const.const.size == 1 and other.const is None and \
-                (node.op, right) in _SCALARS and other.type.shape == node.outputs[0].type.shape:
-            ftype, fn = _SCALARS[(node.op, right)]
-            args: dict[str, Any] = {"val": float(fn(float(const.const.reshape(-1)[0])))}
+                scalar is not None and other.type.shape == node.outputs[0].type.shape:
+            ftype, negate = scalar
+            c = float(const.const.reshape(-1)[0])
+            args: dict[str, Any] = {"val": float(-c if negate else c)}
             if ftype in _INPLACE:
                 args["inplace"] = False
             _one(w, node, ftype, args, [w.operand(other)])
@@ -447,15 +436,10 @@ def _pool(w: NnpWriter, node: Node) -> None:
                                f"{a['ceil_mode']} have no nnabla pooling equivalent")
     args: dict[str, Any] = {"kernel": a["kernel"], "stride": strides, "ignore_border": ignore_border,
                             "pad": begin, "channel_last": False}
-    ftype = {"MaxPool": "MaxPooling", "AvgPool": "AveragePooling", "SumPool": "SumPooling"}[node.op]
+    ftype = nf.nnabla_function(node.op)
     if node.op == "AvgPool":
         args["including_pad"] = a["count_include_pad"]
     _one(w, node, ftype, args)
-
-
-@emitter("GlobalAvgPool")
-def _gap(w: NnpWriter, node: Node) -> None:
-    _one(w, node, "GlobalAveragePooling")
 
 
 @emitter("GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax")
@@ -465,7 +449,7 @@ def _reduce(w: NnpWriter, node: Node) -> None:
         axes, keep = list(range(2, rank)), True
     else:
         axes, keep = [a % rank for a in node.attrs["axes"]], node.attrs["keepdims"]
-    ftype = {"ReduceMean": "Mean", "ReduceSum": "Sum"}.get(node.op, "Max")
+    ftype = nf.nnabla_function("ReduceMax" if node.op == "GlobalMaxPool" else node.op)
     args: dict[str, Any] = {"axes": axes, "keep_dims": keep}
     if ftype == "Max":
         args.update(with_index=False, only_index=False)
@@ -614,6 +598,10 @@ class NnpBackend(Backend):
     def constraints(self, options: NnpOptions) -> Constraints:
         # a quantized .nnp is converted to .nnb by nnabla: it keeps nnabla-c-runtime's positions
         return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME)
+
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops EMITTERS writes as nnabla functions."""
+        return {"nnp": dict.fromkeys(EMITTERS, "yes")}
 
     def serialize(self, model: Model, out: str | os.PathLike[str], options: NnpOptions) -> WriteResult:
         atomic_write_bytes(out, to_nnp_bytes(model, options.batch_size, options.parameter_format))

@@ -18,6 +18,12 @@ class OnnxBackend(Backend):
     def constraints(self, options: NoOptions) -> Constraints:
         return Constraints(self.name, schemes=frozenset({"none"}))
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops `onnx_export.EXPORTERS` writes."""
+        from qcc.formats.onnx_export import EXPORTERS
+
+        return {"onnx": dict.fromkeys(EXPORTERS, "yes")}
+
     def to_bytes(self, model: Model) -> bytes:
         from qcc.formats.onnx_export import to_onnx
 

@@ -60,6 +60,17 @@ Measurements: docs/backends.md."""
 
 _FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
 
+ORT_INTEGER_OPS = frozenset({
+    "Conv", "Dense", "Add", "Mul", "AvgPool", "GlobalAvgPool", "SumPool", "MaxPool", "Concat", "LeakyRelu",
+    "Sigmoid", "Softmax", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
+    "Identity", "Dropout", "Quantize",
+})
+"""IR ops ONNX Runtime (1.23, CPU) runs on integers when this backend writes them quantized, uint8
+activations (storage 'ort'): QLinear* kernels, QGemm, value moves on uint8, a Relu folded into its
+quantization, or no node at all. Every other op the writer supports computes in float between
+DequantizeLinear and QuantizeLinear (which is how ORT simulates it). tests/test_op_tables.py
+checks both sides against ORT's optimized graph; the matrix (docs/ops.md) shows them as int/float."""
+
 
 @attrs.frozen(eq=False)
 class QParams:
@@ -342,6 +353,10 @@ class OnnxQdqBackend(Backend):
     name = "onnx-qdq"
     extensions = ()  # .onnx with a quantizing scheme, or ask for it by name
     Options = QdqOptions
+
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: every exported op, integer or float in ONNX Runtime."""
+        return {"onnx-qdq": {op: "int" if op in ORT_INTEGER_OPS else "float" for op in EXPORTERS}}
 
     def serialize(self, model: Model, out: str | os.PathLike[str], options: QdqOptions) -> WriteResult:
         """Write atomically; the tensors left in float are the report's float fallbacks."""

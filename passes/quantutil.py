@@ -19,16 +19,17 @@ from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.pm.base import PassContext
 
-NNABLA_OP_ALIASES = {"ReLU": "Relu", "AveragePooling": "AvgPool", "Affine": "Dense",
-                     "Convolution": "Conv", "MaxPooling": "MaxPool", "Add2": "Add"}
-
 
 def canonical_op(name: str) -> str:
-    """An IR op name, accepting nnabla's function names (seed 000 says ReLU/AveragePooling/Affine)."""
+    """An IR op name, accepting nnabla's function names (seed 000 says ReLU/AveragePooling/Affine).
+
+    An IR name wins where both exist (IR `Max` is nnabla's Maximum2; nnabla's `Max` is ReduceMax).
+    """
+    from qcc.formats.nnabla_functions import ir_op
     from qcc.ir.registry import has_op
 
-    op = NNABLA_OP_ALIASES.get(name, name)
-    if not has_op(op):
+    op = name if has_op(name) else ir_op(name)
+    if op is None or not has_op(op):
         raise ValueError(f"unknown op type {name!r}")
     return op
 

@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("targets", help="list targets: extensions, options, the constraints they impose",
                    parents=[common])
     sub.add_parser("plugins", help="list plugin distributions and what they contribute", parents=[common])
+    o = sub.add_parser("ops", help="which IR ops each frontend and backend supports (docs/ops.md)",
+                       parents=[common])
+    o.add_argument("--markdown", action="store_true", help="print docs/ops.md (traits, roles, legend)")
     return parser
 
 
@@ -176,6 +179,14 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ops(args: argparse.Namespace) -> int:
+    from qcc.op_matrix import build_matrix, render_markdown, render_text
+
+    matrix = build_matrix()
+    sys.stdout.write(render_markdown(matrix) if args.markdown else render_text(matrix))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -211,7 +222,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
         set_autoload(False)
     handlers: dict[str, Any] = {"compile": _cmd_compile, "inspect": _cmd_inspect, "passes": _cmd_passes,
-                                "targets": _cmd_targets, "plugins": _cmd_plugins}
+                                "targets": _cmd_targets, "plugins": _cmd_plugins, "ops": _cmd_ops}
     try:
         return int(handlers[args.command](args))
     except QccError as exc:

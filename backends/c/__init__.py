@@ -41,6 +41,12 @@ class CBackend(Backend):
     def memory_plan(self, options: COptions) -> str | None:
         return "plan-memory{kind=arena,aliases=true,inplace=true}"
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix columns of the three numeric modes (backends/c/support.py)."""
+        from qcc.backends.c.support import op_support
+
+        return op_support()
+
     def serialize(self, model: Model, out: str | os.PathLike[str], options: COptions) -> WriteResult:
         """Generate everything first (errors leave no output), then write the directory atomically.
 

@@ -156,6 +156,11 @@ class NumericMode:
         """Every registered op this mode lowers (support tables read this)."""
         return frozenset(op for op in all_ops() if self.lowering(op) is not None)
 
+    def float_ops(self) -> frozenset[str]:
+        """Ops this mode computes in float32 between its stored tensors (the rest: integer kernels,
+        tables and copies). Only meaningful for the integer modes."""
+        return frozenset()
+
 
 class Lowering:
     """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""

@@ -124,6 +124,12 @@ class NnbBackend(Backend):
     def memory_plan(self, options: NnbOptions) -> str | None:
         return "plan-memory{kind=shared}"
 
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: the IR ops `lower.LOWERINGS` maps to runtime functions."""
+        from .lower import LOWERINGS
+
+        return {"nnb": dict.fromkeys(LOWERINGS, "yes")}
+
     def serialize(self, model: Model, out: str | os.PathLike[str], options: NnbOptions) -> WriteResult:
         """Write the file; the functions computed in float because their operands' types differ
         are float fallbacks of the report."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from qcc.errors import UnsupportedError
+from qcc.formats import nnabla_functions as nf
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
@@ -136,16 +137,23 @@ def _simple(op: str, **fixed: Any) -> Lift:
     return lift
 
 
-for _name, _op in (("ReLU", "Relu"), ("Sigmoid", "Sigmoid"), ("Tanh", "Tanh"), ("Swish", "Silu"), ("Abs", "Abs"),
-                   ("Exp", "Exp"), ("Log", "Log"), ("Identity", "Identity"), ("Add2", "Add"), ("Sub2", "Sub"),
-                   ("Mul2", "Mul"), ("Div2", "Div"), ("Pow2", "Pow"), ("Maximum2", "Max"), ("Minimum2", "Min"),
-                   ("BatchMatmul", "MatMul")):
-    LIFTS[_name] = _simple(_op)
-LIFTS["LeakyReLU"] = _simple("LeakyRelu", alpha="alpha")
-LIFTS["ELU"] = _simple("Elu", alpha="alpha")
-LIFTS["Softmax"] = _simple("Softmax", axis="axis")
-LIFTS["Concatenate"] = _simple("Concat", axis="axis")
-LIFTS["Transpose"] = _simple("Transpose", perm="axes")
+def _direct(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    direct = nf.DIRECT_BY_FUNCTION[lf.kind]
+    problem = nf.direct_mismatch(direct, args)
+    if problem is not None:
+        raise UnsupportedError(f"{lf.kind}: {problem}")
+    lf.node(fn, direct.op, list(_ins(lf, fn)), out=0)
+
+
+for _name in nf.DIRECT_BY_FUNCTION:
+    LIFTS[_name] = _direct
+for _name in ("Add2", "Sub2", "Mul2", "Div2", "Pow2", "Maximum2", "Minimum2", "BatchMatmul"):
+    LIFTS[_name] = _simple(nf.FUNCTION_OPS[_name])
+LIFTS["LeakyReLU"] = _simple(nf.FUNCTION_OPS["LeakyReLU"], alpha="alpha")
+LIFTS["ELU"] = _simple(nf.FUNCTION_OPS["ELU"], alpha="alpha")
+LIFTS["Softmax"] = _simple(nf.FUNCTION_OPS["Softmax"], axis="axis")
+LIFTS["Concatenate"] = _simple(nf.FUNCTION_OPS["Concatenate"], axis="axis")
+LIFTS["Transpose"] = _simple(nf.FUNCTION_OPS["Transpose"], perm="axes")
 
 
 @lifts("Reshape")
@@ -157,15 +165,10 @@ def _reshape(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     lf.node(fn, "Reshape", [x], {"shape": shape}, out=0)
 
 
-_SCALARS = {"AddScalar": ("Add", False), "MulScalar": ("Mul", False), "RSubScalar": ("Sub", True),
-            "RDivScalar": ("Div", True), "PowScalar": ("Pow", False), "RPowScalar": ("Pow", True),
-            "MaximumScalar": ("Max", False), "MinimumScalar": ("Min", False)}
-
-
-@lifts(*_SCALARS)
+@lifts(*nf.SCALARS)
 def _scalar(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     """The scalar as an unannotated float32 constant, as qcc's frontends import it."""
-    op, reverse = _SCALARS[lf.kind]
+    op, reverse = nf.SCALARS[lf.kind]
     x = lf.value(fn.inputs[0])
     c = lf.const("val", np.full((1,) * x.type.rank, np.float32(args["val"])))
     lf.node(fn, op, [c, x] if reverse else [x, c], out=0)
@@ -259,7 +262,7 @@ def _pool_attrs(args: dict[str, Any]) -> dict[str, Any]:
 
 @lifts("MaxPooling", "SumPooling")
 def _pool(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
-    op = "MaxPool" if lf.kind == "MaxPooling" else "SumPool"  # type: ignore[attr-defined]
+    op = nf.FUNCTION_OPS[lf.kind]
     lf.node(fn, op, _ins(lf, fn), _pool_attrs(args), out=0)
 
 

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from qcc.errors import InternalError, UnsupportedError
+from qcc.formats import nnabla_functions as nf
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops._common import norm_axis
 from qcc.ir.types import Float32, QuantType
 from qcc.tables import registrar
 
 from .format import ArgValue, DataType
+from .functions import RUNTIME_IMPLEMENTED
 from .program import FLOAT, NFunc, NVar, Program, Storage, encode_param, storage_of
 
 Handler = Callable[["Lowerer", Node], None]
@@ -232,9 +234,6 @@ def _unary(kind: str, **args: ArgValue) -> Handler:
     return lower
 
 
-for _op, _kind in (("Relu", "ReLU"), ("Sigmoid", "Sigmoid"), ("Tanh", "Tanh"), ("Silu", "Swish"),
-                   ("Abs", "Abs"), ("Exp", "Exp"), ("Log", "Log")):
-    LOWERINGS[_op] = _unary(_kind, **({"inplace": False} if _kind == "ReLU" else {}))
 LOWERINGS["Neg"] = _unary("MulScalar", val=-1.0, inplace=False)
 LOWERINGS["Reciprocal"] = _unary("RDivScalar", val=1.0)
 LOWERINGS["Sqrt"] = _unary("PowScalar", val=0.5, inplace=False)
@@ -484,16 +483,7 @@ def _global_pool(lw: Lowerer, node: Node) -> None:
 
 # ------------------------------------------------------------------------------ arithmetic
 
-_BINARY = {"Add": "Add2", "Sub": "Sub2", "Mul": "Mul2", "Div": "Div2", "Pow": "Pow2", "Max": "Maximum2",
-           "Min": "Minimum2"}
-# float32 scalar functions that compute exactly what the two-input function would:
-# `x op c` -> (function, val); Div is left out (x * (1/c) is not x / c)
-_SCALAR_RIGHT: dict[str, tuple[str, Callable[[float], float]]] = {
-    "Add": ("AddScalar", lambda c: c), "Sub": ("AddScalar", lambda c: -c), "Mul": ("MulScalar", lambda c: c),
-    "Pow": ("PowScalar", lambda c: c), "Max": ("MaximumScalar", lambda c: c), "Min": ("MinimumScalar", lambda c: c),
-}
-_SCALAR_LEFT: dict[str, str] = {"Add": "AddScalar", "Sub": "RSubScalar", "Mul": "MulScalar", "Div": "RDivScalar",
-                                "Pow": "RPowScalar", "Max": "MaximumScalar", "Min": "MinimumScalar"}
+_BINARY = {op: nf.nnabla_function(op) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")}
 _INPLACE_ARG = {"AddScalar", "MulScalar", "PowScalar", "Add2", "Sub2", "Mul2", "Div2", "Pow2"}
 
 
@@ -506,11 +496,13 @@ def _scalar_function(node: Node, a: Value, b: Value) -> tuple[str, Value, float]
     if any(storage_of(v) != FLOAT for v in (a, b, node.outputs[0])):
         return None
     right, left = _scalar(b), _scalar(a)
-    if right is not None and not a.is_const and node.op in _SCALAR_RIGHT:
-        kind, val = _SCALAR_RIGHT[node.op]
-        return kind, a, val(right)
-    if left is not None and not b.is_const:
-        return _SCALAR_LEFT[node.op], b, left
+    scalar = nf.scalar_function(node.op, scalar_left=False)  # float32 functions computing exactly `x op c`
+    if right is not None and not a.is_const and scalar is not None:
+        kind, negate = scalar
+        return kind, a, -right if negate else right
+    scalar = nf.scalar_function(node.op, scalar_left=True)
+    if left is not None and not b.is_const and scalar is not None:
+        return scalar[0], b, left
     return None
 
 
@@ -660,3 +652,8 @@ def _reduce(lw: Lowerer, node: Node) -> None:
     total = lw.temp(y, FLOAT, "sum")
     lw.emit(None, "Sum", [lw.var(x, node)], [total], **args)
     lw.emit(node, "MulScalar", [total], [lw.define(y)], val=1.0 / count, inplace=False)
+
+
+for _direct in nf.DIRECT:  # ops without a handler of their own: their function, if the runtime has it
+    if _direct.op not in LOWERINGS and _direct.function in RUNTIME_IMPLEMENTED:
+        LOWERINGS[_direct.op] = _unary(_direct.function, **_direct.args)

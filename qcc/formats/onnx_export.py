@@ -85,7 +85,8 @@ for _ir, _onnx in {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": 
                    "Sqrt": "Sqrt", "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal",
                    "Identity": "Identity", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div",
                    "Pow": "Pow", "Max": "Max", "Min": "Min", "MatMul": "MatMul",
-                   "GlobalAvgPool": "GlobalAveragePool", "GlobalMaxPool": "GlobalMaxPool"}.items():
+                   "GlobalAvgPool": "GlobalAveragePool", "GlobalMaxPool": "GlobalMaxPool",
+                   "Softplus": "Softplus"}.items():
     EXPORTERS[_ir] = _same(_onnx)
 
 

@@ -19,12 +19,13 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError, UsageError
+from qcc.formats import nnabla_functions as nf
 from qcc.formats.nnp import INTERNAL, NnpSource, pool_geometry
 from qcc.formats.nnp_archive import NnpContents, function_args, param_field, read_nnp
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
-from qcc.tables import registrar
+from qcc.tables import check_emitted, emitted_ops, importer_registrar
 
 AFFINE_LEVELS = {(0, 255): "uint8", (-128, 127): "int8", (0, 65535): "uint16", (-32768, 32767): "int16"}
 
@@ -108,9 +109,11 @@ class _Ctx:
 
 Importer = Callable[[_Ctx, Any, Any], None]
 IMPORTERS: dict[str, Importer] = {}
+EMITS: dict[str, frozenset[str]] = {}
+"""nnabla function -> the IR ops its importer may create (checked on every import)."""
 
 
-importer = registrar(IMPORTERS)
+importer = importer_registrar(IMPORTERS, EMITS)
 
 
 def _need(cond: bool, ctx: _Ctx, f: Any, what: str) -> None:
@@ -132,17 +135,17 @@ def _spatial(ctx: _Ctx, f: Any, p: Any, x: Value) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- convolutions
-@importer("Convolution", "Deconvolution")
+@importer("Convolution", "Deconvolution", emits=nf.FUNCTION_OPS)
 def _conv(ctx: _Ctx, f: Any, p: Any) -> None:
     ins = ctx.inputs(f)
     attrs = _spatial(ctx, f, p, ins[0])
     attrs["group"] = int(p.group) or 1
     if f.type == "Deconvolution":
         attrs["output_padding"] = _dims(p.output_padding, [0, 0])
-    ctx.emit(f, "Conv" if f.type == "Convolution" else "ConvTranspose", list(ins), attrs)
+    ctx.emit(f, nf.FUNCTION_OPS[f.type], list(ins), attrs)
 
 
-@importer("DepthwiseConvolution")
+@importer("DepthwiseConvolution", emits=("Conv",))
 def _depthwise(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     attrs = _spatial(ctx, f, p, x)
@@ -184,7 +187,7 @@ def _dense(ctx: _Ctx, f: Any, x: Value, w: Value, out_dims: tuple[int, ...], bia
             y = ctx.helper(f, op, [y, *extra], attrs, op.lower())
 
 
-@importer("Affine")
+@importer("Affine", emits=("Flatten", "Dense", "Reshape"))
 def _affine(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     _need(ctx.is_param(f.input[1]), ctx, f, "the weight must be a parameter")
@@ -212,7 +215,7 @@ def _binary_const(ctx: _Ctx, f: Any, wb: np.ndarray, zero_to: float) -> Value:
     return value
 
 
-@importer("BinaryConnectAffine", "BinaryWeightAffine")
+@importer("BinaryConnectAffine", "BinaryWeightAffine", emits=("Flatten", "Dense", "Mul", "Add", "Reshape"))
 def _binary_affine(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     w, wb = _binarize(ctx, f, p)
@@ -227,7 +230,7 @@ def _binary_affine(ctx: _Ctx, f: Any, p: Any) -> None:
     _dense(ctx, f, x, wb, out_dims, bias, scale)
 
 
-@importer("BinaryConnectConvolution", "BinaryWeightConvolution")
+@importer("BinaryConnectConvolution", "BinaryWeightConvolution", emits=("Conv", "Mul", "Add"))
 def _binary_conv(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     attrs = _spatial(ctx, f, p, x)
@@ -249,7 +252,7 @@ def _binary_conv(ctx: _Ctx, f: Any, p: Any) -> None:
 
 
 # ------------------------------------------------------------------------- normalization, pooling
-@importer("BatchNormalization")
+@importer("BatchNormalization", emits=nf.FUNCTION_OPS)
 def _bn(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     _need(list(p.axes) in ([1], []), ctx, f, f"axes {list(p.axes)} (only the channel axis 1 is supported)")
@@ -275,13 +278,13 @@ def _bn(ctx: _Ctx, f: Any, p: Any) -> None:
                               param(var, 1.0, "var")], {"epsilon": float(p.eps)})
 
 
-@importer("MaxPooling", "AveragePooling", "SumPooling")
+@importer("MaxPooling", "AveragePooling", "SumPooling", emits=nf.FUNCTION_OPS)
 def _pool(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     kernel = _dims(p.kernel, [])
     _need(x.type.rank == 4 and len(kernel) == 2, ctx, f, f"only 2-D pooling of NCHW inputs (kernel {kernel})")
     _need(not p.channel_last, ctx, f, "channel_last is not supported")
-    op = {"MaxPooling": "MaxPool", "AveragePooling": "AvgPool", "SumPooling": "SumPool"}[f.type]
+    op = nf.FUNCTION_OPS[f.type]
     attrs: dict[str, Any] = {"kernel": kernel, "strides": _dims(p.stride, kernel)}
     if op == "AvgPool":
         attrs["count_include_pad"] = bool(p.including_pad)
@@ -292,67 +295,62 @@ def _pool(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, op, [x], {**attrs, **geometry})
 
 
-@importer("GlobalAveragePooling")
-def _gap(ctx: _Ctx, f: Any, p: Any) -> None:
-    ctx.emit(f, "GlobalAvgPool", ctx.inputs(f))  # type: ignore[arg-type]
-
-
 # ------------------------------------------------------------------------- elementwise
-_UNARY = {"ReLU": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Swish": "Silu", "Abs": "Abs", "Exp": "Exp",
-          "Log": "Log", "Identity": "Identity"}
+def _direct(ctx: _Ctx, f: Any, p: Any) -> None:
+    """A function that is an attribute-free IR op (qcc.formats.nnabla_functions.DIRECT)."""
+    direct = nf.DIRECT_BY_FUNCTION[f.type]
+    args = {field.name: getattr(p, field.name) for field in p.DESCRIPTOR.fields} if p is not None else {}
+    problem = nf.direct_mismatch(direct, args)
+    _need(problem is None, ctx, f, str(problem))
+    ctx.emit(f, direct.op, ctx.inputs(f))  # type: ignore[arg-type]
 
 
-@importer(*_UNARY)
-def _unary(ctx: _Ctx, f: Any, p: Any) -> None:
-    ctx.emit(f, _UNARY[f.type], ctx.inputs(f))  # type: ignore[arg-type]
+for _direct_function in nf.DIRECT_BY_FUNCTION:
+    importer(_direct_function, emits=nf.FUNCTION_OPS)(_direct)
+
+_UNARY_ATTRS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "LeakyReLU": lambda p: {"alpha": float(p.alpha)},
+    "ELU": lambda p: {"alpha": float(p.alpha)},
+    "HardSigmoid": lambda p: {"alpha": 0.2, "beta": 0.5},
+    "GELU": lambda p: {"approximate": "tanh"},
+}
+_CLIPS = {"ReLU6": {"min": 0.0, "max": 6.0}, "HardTanh": {"min": -1.0, "max": 1.0}}
 
 
-@importer("LeakyReLU", "ELU", "ReLU6", "HardTanh", "HardSigmoid", "GELU")
+@importer(*_UNARY_ATTRS, emits=nf.FUNCTION_OPS)
 def _unary_attr(ctx: _Ctx, f: Any, p: Any) -> None:
-    table: dict[str, tuple[str, dict[str, Any]]] = {
-        "ReLU6": ("Clip", {"min": 0.0, "max": 6.0}),
-        "HardTanh": ("Clip", {"min": -1.0, "max": 1.0}),
-        "HardSigmoid": ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}),
-        "GELU": ("Gelu", {"approximate": "tanh"}),
-    }
-    if f.type in ("LeakyReLU", "ELU"):
-        op, attrs = ("LeakyRelu" if f.type == "LeakyReLU" else "Elu"), {"alpha": float(p.alpha)}
-    else:
-        op, attrs = table[f.type]
-    ctx.emit(f, op, ctx.inputs(f), attrs)  # type: ignore[arg-type]
+    ctx.emit(f, nf.FUNCTION_OPS[f.type], ctx.inputs(f), _UNARY_ATTRS[f.type](p))  # type: ignore[arg-type]
 
 
-_BINARY = {"Add2": "Add", "Sub2": "Sub", "Mul2": "Mul", "Div2": "Div", "Pow2": "Pow", "Maximum2": "Max",
-           "Minimum2": "Min"}
-_SCALAR = {"AddScalar": ("Add", False), "MulScalar": ("Mul", False), "PowScalar": ("Pow", False),
-           "RSubScalar": ("Sub", True), "RDivScalar": ("Div", True), "RPowScalar": ("Pow", True),
-           "MaximumScalar": ("Max", False), "MinimumScalar": ("Min", False)}
+@importer(*_CLIPS, emits=("Clip",))
+def _clip(ctx: _Ctx, f: Any, p: Any) -> None:
+    ctx.emit(f, "Clip", ctx.inputs(f), _CLIPS[f.type])  # type: ignore[arg-type]
 
 
-@importer(*_BINARY)
+@importer("Add2", "Sub2", "Mul2", "Div2", "Pow2", "Maximum2", "Minimum2", emits=nf.FUNCTION_OPS)
 def _binary(ctx: _Ctx, f: Any, p: Any) -> None:
-    ctx.emit(f, _BINARY[f.type], ctx.inputs(f))  # type: ignore[arg-type]
+    ctx.emit(f, nf.FUNCTION_OPS[f.type], ctx.inputs(f))  # type: ignore[arg-type]
 
 
-@importer(*_SCALAR)
+@importer(*nf.SCALARS, emits={fn: op for fn, (op, _) in nf.SCALARS.items()})
 def _scalar(ctx: _Ctx, f: Any, p: Any) -> None:
-    op, reverse = _SCALAR[f.type]
+    op, reverse = nf.SCALARS[f.type]
     x = ctx.value(f.input[0], f)
     c = ctx.internal_const(f"{f.name}/val", np.array(p.val, np.float32))
     ctx.emit(f, op, [c, x] if reverse else [x, c])
 
 
-@importer("Softmax")
+@importer("Softmax", emits=nf.FUNCTION_OPS)
 def _softmax(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Softmax", ctx.inputs(f), {"axis": int(p.axis)})  # type: ignore[arg-type]
 
 
-@importer("Dropout")
+@importer("Dropout", emits=nf.FUNCTION_OPS)
 def _dropout(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Dropout", ctx.inputs(f)[:1], {"ratio": float(p.p)})  # type: ignore[arg-type]
 
 
-@importer("ImageAugmentation")
+@importer("ImageAugmentation", emits=("Identity",))
 def _image_aug(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     shape = [int(d) for d in p.shape.dim]
@@ -363,12 +361,12 @@ def _image_aug(ctx: _Ctx, f: Any, p: Any) -> None:
 
 
 # ------------------------------------------------------------------------- tensor ops
-@importer("Concatenate")
+@importer("Concatenate", emits=nf.FUNCTION_OPS)
 def _concat(ctx: _Ctx, f: Any, p: Any) -> None:
-    ctx.emit(f, "Concat", ctx.inputs(f), {"axis": int(p.axis)})  # type: ignore[arg-type]
+    ctx.emit(f, nf.FUNCTION_OPS[f.type], ctx.inputs(f), {"axis": int(p.axis)})  # type: ignore[arg-type]
 
 
-@importer("Split")
+@importer("Split", emits=("Split", "Squeeze"))
 def _split(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     axis = int(p.axis) % x.type.rank
@@ -381,7 +379,7 @@ def _split(ctx: _Ctx, f: Any, p: Any) -> None:
         ctx.emit(f, "Squeeze", [part], {"axes": [axis]}, out=i)
 
 
-@importer("Stack")
+@importer("Stack", emits=("Unsqueeze", "Concat"))
 def _stack(ctx: _Ctx, f: Any, p: Any) -> None:
     axis = int(p.axis)
     parts: list[Value | None] = [ctx.helper(f, "Unsqueeze", [v], {"axes": [axis]}, f"unsqueeze{i}")
@@ -389,7 +387,7 @@ def _stack(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Concat", parts, {"axis": axis})
 
 
-@importer("Reshape")
+@importer("Reshape", emits=nf.FUNCTION_OPS)
 def _reshape(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     target = [int(d) for d in p.shape.dim]
@@ -400,22 +398,22 @@ def _reshape(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Reshape", [x], {"shape": target})
 
 
-@importer("Transpose")
+@importer("Transpose", emits=nf.FUNCTION_OPS)
 def _transpose(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Transpose", ctx.inputs(f), {"perm": [int(a) for a in p.axes]})  # type: ignore[arg-type]
 
 
-@importer("Mean", "Sum", "Max")
+@importer("Mean", "Sum", "Max", emits=nf.FUNCTION_OPS)
 def _reduce(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     _need(not getattr(p, "with_index", False) and not getattr(p, "only_index", False), ctx, f,
           "with_index/only_index are not supported")
     axes = [int(a) for a in p.axes] or list(range(x.type.rank))
-    op = {"Mean": "ReduceMean", "Sum": "ReduceSum", "Max": "ReduceMax"}[f.type]
+    op = nf.FUNCTION_OPS[f.type]
     ctx.emit(f, op, [x], {"axes": axes, "keepdims": bool(p.keep_dims)})
 
 
-@importer("Pad")
+@importer("Pad", emits=nf.FUNCTION_OPS)
 def _pad(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     width = [int(w) for w in p.pad_width]
@@ -428,7 +426,7 @@ def _pad(ctx: _Ctx, f: Any, p: Any) -> None:
     ctx.emit(f, "Pad", [x], {"pads": begins + ends, "mode": mode, "value": float(p.constant_value)})
 
 
-@importer("Slice")
+@importer("Slice", emits=nf.FUNCTION_OPS)
 def _slice(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     start, stop, step = ([int(v) for v in p.start], [int(v) for v in p.stop], [int(v) for v in p.step])
@@ -478,7 +476,7 @@ def _fixed_levels(p: Any) -> QuantType | None:
     return Affine((delta,), (0,), dtype)
 
 
-@importer("MinMaxQuantize", "FixedPointQuantize", "Pow2Quantize")
+@importer("MinMaxQuantize", "FixedPointQuantize", "Pow2Quantize", emits=("Quantize",))
 def _quantize(ctx: _Ctx, f: Any, p: Any) -> None:
     x = ctx.value(f.input[0], f)
     saved = {name: ctx.array(name, f) for name in f.input[1:]}
@@ -598,12 +596,14 @@ def _import_function(ctx: _Ctx, f: Any) -> None:
     expected = param_field(f.type)
     if carried is not None and carried != expected:
         raise InvalidInputError(f"{ctx.where(f)}: carries {carried}, not the arguments of {f.type}")
+    before = len(ctx.graph.nodes)
     try:
         IMPORTERS[f.type](ctx, f, function_args(f))
     except QccError:
         raise
     except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{ctx.where(f)}: malformed function: {type(exc).__name__}: {str(exc)[:300]}") from None
+    check_emitted(EMITS, f.type, (n.op for n in ctx.graph.nodes[before:]), ctx.where(f))
 
 
 def supported_functions() -> list[str]:
@@ -671,6 +671,10 @@ def load_nnp(path: str | os.PathLike[str], network: str | None = None, executor:
 class NnpFrontend:
     name = "nnp"
     extensions = (".nnp", ".nntxt")
+
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: every IR op an nnabla function imports as."""
+        return {"nnp import": {op: "yes" for op in emitted_ops(EMITS)}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
         return load_nnp(path, **options)

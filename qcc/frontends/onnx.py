@@ -27,7 +27,7 @@ from qcc.io import quiet_native_stderr, read_regular_file
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.types import DTYPES, TensorType
 from qcc.ir.verify import verify_model
-from qcc.tables import registrar
+from qcc.tables import check_emitted, emitted_ops, importer_registrar
 
 MIN_OPSET, MAX_OPSET = 9, 21
 
@@ -113,7 +113,9 @@ Importer = Callable[[_Ctx, Any, dict[str, Any]], None]
 IMPORTERS: dict[str, Importer] = {}
 
 
-importer = registrar(IMPORTERS)
+EMITS: dict[str, frozenset[str]] = {}
+"""ONNX op type -> the IR ops its importer may create (checked on every import)."""
+importer = importer_registrar(IMPORTERS, EMITS)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -147,7 +149,7 @@ def _need_rank4(ctx: _Ctx, node: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- importers
-@importer("Conv", "ConvTranspose")
+@importer("Conv", "ConvTranspose", emits={"Conv": "Conv", "ConvTranspose": "ConvTranspose"})
 def _conv(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     _need_rank4(ctx, node)
     w_shape = ctx.static_shape(node.input[1], node)
@@ -166,7 +168,7 @@ def _conv(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "ConvTranspose" if node.op_type == "ConvTranspose" else "Conv", inputs, ir_attrs)
 
 
-@importer("Gemm")
+@importer("Gemm", emits=("Transpose", "Dense", "Add", "MatMul", "Mul"))
 def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     trans_a, trans_b = attrs.get("transA", 0), attrs.get("transB", 0)
@@ -208,7 +210,7 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.bind(node.output[0], y)
 
 
-@importer("MatMul")
+@importer("MatMul", emits=("Dense", "MatMul"))
 def _matmul(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     a = ctx.value(node.input[0])
     assert a is not None
@@ -218,7 +220,7 @@ def _matmul(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
         ctx.emit(node, "MatMul", [a, ctx.value(node.input[1])])
 
 
-@importer("BatchNormalization")
+@importer("BatchNormalization", emits=("BatchNorm",))
 def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
         raise UnsupportedError(f"{ctx.source}: node {node.name!r} (BatchNormalization) in training mode")
@@ -227,10 +229,10 @@ def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 _UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
           "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal", "HardSwish": "HardSwish",
-          "Identity": "Identity"}
+          "Identity": "Identity", "Softplus": "Softplus"}
 
 
-@importer(*_UNARY)
+@importer(*_UNARY, emits=_UNARY)
 def _unary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, _UNARY[node.op_type], [ctx.value(node.input[0])])
 
@@ -240,14 +242,14 @@ _UNARY_DEFAULTS: dict[str, dict[str, Any]] = {
     "Gelu": {"approximate": "none"}}
 
 
-@importer(*_UNARY_DEFAULTS)
+@importer(*_UNARY_DEFAULTS, emits=_UNARY_DEFAULTS.keys())
 def _unary_attr(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     defaults: dict[str, Any] = _UNARY_DEFAULTS[node.op_type]
     ir = {k: (attrs.get(k, v).decode() if isinstance(attrs.get(k, v), bytes) else attrs.get(k, v)) for k, v in defaults.items()}
     ctx.emit(node, node.op_type, [ctx.value(node.input[0])], ir)
 
 
-@importer("Clip")
+@importer("Clip", emits=("Clip",))
 def _clip(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if ctx.opset < 11:
         lo, hi = attrs.get("min"), attrs.get("max")
@@ -257,7 +259,7 @@ def _clip(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Clip", [ctx.value(node.input[0])], {"min": lo, "max": hi})
 
 
-@importer("Softmax")
+@importer("Softmax", emits=("Softmax", "Flatten", "Reshape"))
 def _softmax(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -275,7 +277,7 @@ def _softmax(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Reshape", [soft], {"shape": shape}, name=None)
 
 
-@importer("Dropout")
+@importer("Dropout", emits=("Dropout",))
 def _dropout(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ratio = attrs.get("ratio", 0.5)
     if ctx.opset >= 12 and len(node.input) > 1 and node.input[1]:
@@ -286,7 +288,7 @@ def _dropout(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 _BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Pow": "Pow"}
 
 
-@importer(*_BINARY)
+@importer(*_BINARY, emits=_BINARY)
 def _binary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if ctx.opset < 7 and attrs.get("broadcast"):
         raise UnsupportedError(f"{ctx.source}: legacy broadcast attribute on {node.name!r}")
@@ -297,7 +299,9 @@ def _binary(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, _BINARY[node.op_type], [a, b])
 
 
-@importer("Sum", "Max", "Min")
+@importer("Sum", emits=("Add", "Identity"))
+@importer("Max", emits=("Max", "Identity"))
+@importer("Min", emits=("Min", "Identity"))
 def _variadic(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     op = {"Sum": "Add", "Max": "Max", "Min": "Min"}[node.op_type]
     values = [ctx.value(n) for n in node.input]
@@ -310,12 +314,12 @@ def _variadic(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, op, [acc, values[-1]])
 
 
-@importer("Concat")
+@importer("Concat", emits=("Concat",))
 def _concat(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Concat", [ctx.value(n) for n in node.input], {"axis": attrs.get("axis", 1)})
 
 
-@importer("Split")
+@importer("Split", emits=("Split",))
 def _split(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -336,7 +340,7 @@ def _split(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
         ctx.bind(onnx_name, value)
 
 
-@importer("Reshape")
+@importer("Reshape", emits=("Reshape",))
 def _reshape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     shape = [int(s) for s in ctx.const(node.input[1], node)]
     if attrs.get("allowzero", 0) and 0 in shape:
@@ -346,12 +350,12 @@ def _reshape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Reshape", [x], {"shape": shape})
 
 
-@importer("Flatten")
+@importer("Flatten", emits=("Flatten",))
 def _flatten(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Flatten", [ctx.value(node.input[0])], {"axis": attrs.get("axis", 1)})
 
 
-@importer("Transpose")
+@importer("Transpose", emits=("Transpose",))
 def _transpose(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -359,7 +363,7 @@ def _transpose(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Transpose", [x], {"perm": perm})
 
 
-@importer("Squeeze", "Unsqueeze")
+@importer("Squeeze", "Unsqueeze", emits={"Squeeze": "Squeeze", "Unsqueeze": "Unsqueeze"})
 def _squeeze(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -374,7 +378,7 @@ def _squeeze(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, node.op_type, [x], {"axes": axes})
 
 
-@importer("Pad")
+@importer("Pad", emits=("Pad",))
 def _pad(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -396,7 +400,7 @@ def _pad(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Pad", [x], {"pads": pads, "mode": mode, "value": value})
 
 
-@importer("MaxPool", "AveragePool")
+@importer("MaxPool", "AveragePool", emits={"MaxPool": "MaxPool", "AveragePool": "AvgPool"})
 def _pool(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     _need_rank4(ctx, node)
     kernel = list(attrs["kernel_shape"])
@@ -410,19 +414,21 @@ def _pool(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "MaxPool" if node.op_type == "MaxPool" else "AvgPool", [ctx.value(node.input[0])], ir)
 
 
-@importer("GlobalAveragePool", "GlobalMaxPool")
+@importer("GlobalAveragePool", "GlobalMaxPool",
+          emits={"GlobalAveragePool": "GlobalAvgPool", "GlobalMaxPool": "GlobalMaxPool"})
 def _global_pool(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     op = "GlobalAvgPool" if node.op_type == "GlobalAveragePool" else "GlobalMaxPool"
     ctx.emit(node, op, [ctx.value(node.input[0])])
 
 
-@importer("LRN")
+@importer("LRN", emits=("LRN",))
 def _lrn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ir = {"size": attrs["size"], "alpha": attrs.get("alpha", 1e-4), "beta": attrs.get("beta", 0.75), "bias": attrs.get("bias", 1.0)}
     ctx.emit(node, "LRN", [ctx.value(node.input[0])], ir)
 
 
-@importer("ReduceMean", "ReduceSum", "ReduceMax")
+@importer("ReduceMean", "ReduceSum", "ReduceMax",
+          emits={"ReduceMean": "ReduceMean", "ReduceSum": "ReduceSum", "ReduceMax": "ReduceMax"})
 def _reduce(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -433,7 +439,7 @@ def _reduce(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, node.op_type, [x], {"axes": axes, "keepdims": bool(attrs.get("keepdims", 1))})
 
 
-@importer("Slice")
+@importer("Slice", emits=("Slice",))
 def _slice(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -451,7 +457,7 @@ def _slice(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Slice", [x], {"starts": starts, "ends": ends, "axes": axes, "steps": steps})
 
 
-@importer("Cast")
+@importer("Cast", emits=("Identity",))
 def _cast(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -461,7 +467,7 @@ def _cast(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "Identity", [x])
 
 
-@importer("Shape")
+@importer("Shape", emits=())  # a constant: no IR node
 def _shape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     shape = np.array(ctx.static_shape(node.input[0], node), dtype=np.int64)
     start, end = attrs.get("start", 0), attrs.get("end", None)
@@ -690,12 +696,18 @@ def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
                 raise UnsupportedError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, an output qcc "
                                        "does not compute (e.g. a Dropout mask or MaxPool indices) or that comes later (a cycle)")
             raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, which is not defined before it")
+    before = len(ctx.graph.nodes)
     IMPORTERS[node.op_type](ctx, node, attrs)
+    check_emitted(EMITS, node.op_type, (n.op for n in ctx.graph.nodes[before:]), f"{source}: node {node.name!r}")
 
 
 class OnnxFrontend:
     name = "onnx"
     extensions = (".onnx",)
+
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: every IR op an ONNX op imports as."""
+        return {"onnx import": {op: "yes" for op in emitted_ops(EMITS)}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
         return load_onnx(path, **options)

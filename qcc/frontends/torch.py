@@ -24,13 +24,6 @@ from qcc.ir.core import Model
 INSTALL_HINT = "pip install 'qcc[torch]'"
 
 # Ops kept whole by run_decompositions: qcc maps them directly (and better than their pieces).
-KEEP_WHOLE = (
-    "hardswish.default", "hardsigmoid.default", "silu.default", "lstm.input", "linear.default",
-    "matmul.default", "adaptive_avg_pool2d.default", "pad.default", "reflection_pad2d.default",
-    "replication_pad2d.default",
-)
-
-
 def import_torch() -> Any:
     """torch, or an UnsupportedError telling how to install it (hidden from mypy on purpose)."""
     try:
@@ -123,9 +116,12 @@ def prepare(torch: Any, program: Any, source: str) -> tuple[Any, bool]:
 
 
 def decomposition_table(torch: Any) -> Any:
+    from qcc.frontends.torch_fx import KEEP_WHOLE, _load_converters
+
+    _load_converters()
     table = torch.export.default_decompositions()
-    for spec in KEEP_WHOLE:
-        name, overload = spec.split(".")
+    for spec in sorted(KEEP_WHOLE):  # the converters' keep_whole entries
+        _, name, overload = spec.split(".")
         table.pop(getattr(getattr(torch.ops.aten, name), overload), None)
     return table
 
@@ -143,6 +139,14 @@ class TorchFrontend:
 
     name = "torch"
     extensions = (".pt2",)
+
+    def op_support(self) -> dict[str, dict[str, str]]:
+        """The support-matrix column: every IR op an ATen op imports as."""
+        from qcc.frontends.torch_fx import EMITS, _load_converters
+        from qcc.tables import emitted_ops
+
+        _load_converters()
+        return {"torch import": {op: "yes" for op in emitted_ops(EMITS)}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
         return load_pt2(path, input_names=options.get("input_names"), batch_size=options.get("batch_size"))

@@ -40,7 +40,8 @@ def _rank4(ctx: TorchCtx, value: Value) -> Value:
 
 
 # ----------------------------------------------------------------------------- convolution
-@converts(*_keys("conv2d", ("default", "padding")), "aten.convolution.default", "aten.conv_transpose2d.input")
+@converts(*_keys("conv2d", ("default", "padding")), "aten.convolution.default", "aten.conv_transpose2d.input",
+          emits=("Conv", "ConvTranspose"))
 def _conv(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = _rank4(ctx, ctx.value(a["input"]))
     w = ctx.value(a["weight"])
@@ -64,8 +65,10 @@ def _conv(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.emit("Conv", x, w, bias, strides=strides, pads=pads, dilations=dilations, group=group)
 
 
-@converts("aten.pad.default", "aten.constant_pad_nd.default", "aten.reflection_pad2d.default",
-          "aten.replication_pad2d.default", "aten.reflection_pad1d.default", "aten.replication_pad1d.default")
+@converts("aten.pad.default", "aten.reflection_pad2d.default", "aten.replication_pad2d.default", emits=("Pad",),
+          keep_whole=True)
+@converts("aten.constant_pad_nd.default", "aten.reflection_pad1d.default", "aten.replication_pad1d.default",
+          emits=("Pad",))
 def _pad(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     mode = a.get("mode") or ("reflect" if "reflection" in ctx.op else "replicate" if "replication" in ctx.op
@@ -83,7 +86,7 @@ def _pad(ctx: TorchCtx, a: dict[str, Any]) -> Value:
 
 # ----------------------------------------------------------------------------- normalization
 @converts("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
-          "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default")
+          "aten.native_batch_norm.default", "aten._native_batch_norm_legit.default", emits=("BatchNorm",))
 def _batch_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     if a.get("training", False) or a.get("running_mean") is None:
         raise ctx.fail("batch norm in training mode (export the module in eval mode)")
@@ -99,7 +102,8 @@ def _batch_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     return y if ctx.op == "aten.batch_norm.default" else (y, None, None)
 
 
-@converts("aten.layer_norm.default", "aten.native_layer_norm.default")
+@converts("aten.layer_norm.default", "aten.native_layer_norm.default",
+          emits=("ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Div"))
 def _layer_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape dims."""
     x = ctx.value(a["input"])
@@ -146,7 +150,7 @@ def _scaled(ctx: TorchCtx, arg: Any, factor: float, part: str) -> Value:
     return ctx.constant(ctx.array(arg) * np.float32(factor), f"{ctx.const_name(arg) or ctx.site.name}_{part}")
 
 
-@converts("aten.linear.default")
+@converts("aten.linear.default", emits=("Transpose", "Dense", "Reshape", "MatMul", "Add"), keep_whole=True)
 def _linear(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x, w, b = ctx.value(a["input"]), a["weight"], a.get("bias")
     bias = ctx.value(b, "bias") if b is not None else None
@@ -154,14 +158,15 @@ def _linear(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return dense(ctx, x, weight, bias)
 
 
-@converts("aten.addmm.default")
+@converts("aten.addmm.default", emits=("Mul", "Dense", "Reshape", "MatMul", "Add"))
 def _addmm(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["mat1"])
     alpha, beta = float(a.get("alpha", 1)), float(a.get("beta", 1))
     return dense(ctx, x, _scaled(ctx, a["mat2"], alpha, "alpha"), _scaled(ctx, a["self"], beta, "beta"))
 
 
-@converts("aten.mm.default", "aten.matmul.default", "aten.bmm.default")
+@converts("aten.matmul.default", emits=("Dense", "Reshape", "MatMul"), keep_whole=True)
+@converts("aten.mm.default", "aten.bmm.default", emits=("Dense", "Reshape", "MatMul"))
 def _matmul(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x, w = ctx.value(a["self"]), a.get("mat2", a.get("other"))
     if ctx.is_const(w) and ctx.array(w).ndim == 2 and x.type.rank >= 2:
@@ -178,34 +183,48 @@ _UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "hardswish": "Ha
           "erf": "Erf"}
 
 
-@converts(*[k for name in _UNARY for k in _keys(name, inplace=True)])
+_UNARY_KEYS = {key: op for name, op in _UNARY.items() for key in _keys(name, inplace=True)}
+_WHOLE = ("aten.hardswish.default", "aten.silu.default")
+
+
+@converts(*_WHOLE, emits=_UNARY_KEYS, keep_whole=True)
+@converts(*(key for key in _UNARY_KEYS if key not in _WHOLE), emits=_UNARY_KEYS)
 def _unary(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     name = ctx.op.split(".")[1].rstrip("_")
     return ctx.emit(_UNARY[name], ctx.value(a["self"]))
 
 
-@converts(*_keys("rsqrt", inplace=True))
+@converts("aten.softplus.default", emits=("Softplus",), keep_whole=True)
+def _softplus(ctx: TorchCtx, a: dict[str, Any]) -> Value:
+    beta, threshold = float(a.get("beta", 1)), float(a.get("threshold", 20))
+    if beta != 1.0 or threshold < 20.0:  # above 20 torch returns x, which is log(1 + exp(x)) in float32
+        raise ctx.fail(f"softplus with beta={beta:g}, threshold={threshold:g} (qcc's Softplus: beta 1, threshold >= 20)")
+    return ctx.emit("Softplus", ctx.value(a["self"]))
+
+
+@converts(*_keys("rsqrt", inplace=True), emits=("Sqrt", "Reciprocal"))
 def _rsqrt(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     root = ctx.emit("Sqrt", ctx.value(a["self"]), part="sqrt")
     return ctx.emit("Reciprocal", root)
 
 
-@converts(*_keys("hardsigmoid", inplace=True))
+@converts("aten.hardsigmoid.default", emits=("HardSigmoid",), keep_whole=True)
+@converts("aten.hardsigmoid_.default", emits=("HardSigmoid",))
 def _hardsigmoid(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.emit("HardSigmoid", ctx.value(a["self"]), alpha=1.0 / 6.0, beta=0.5)
 
 
-@converts(*_keys("gelu", inplace=True))
+@converts(*_keys("gelu", inplace=True), emits=("Gelu",))
 def _gelu(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.emit("Gelu", ctx.value(a["self"]), approximate=str(a.get("approximate") or "none"))
 
 
-@converts(*_keys("leaky_relu", inplace=True))
+@converts(*_keys("leaky_relu", inplace=True), emits=("LeakyRelu",))
 def _leaky_relu(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.emit("LeakyRelu", ctx.value(a["self"]), alpha=float(a["negative_slope"]))
 
 
-@converts(*_keys("elu", inplace=True))
+@converts(*_keys("elu", inplace=True), emits=("Mul", "Elu"))
 def _elu(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     """scale * elu(input_scale * x) (also what selu/celu decompose into)."""
     x = ctx.value(a["self"])
@@ -217,7 +236,7 @@ def _elu(ctx: TorchCtx, a: dict[str, Any]) -> Value:
 
 
 @converts(*_keys("hardtanh", inplace=True), *_keys("relu6", inplace=True), *_keys("clamp", ("default",), True),
-          *_keys("clamp_min", inplace=True), *_keys("clamp_max", inplace=True))
+          *_keys("clamp_min", inplace=True), *_keys("clamp_max", inplace=True), emits=("Clip",))
 def _clip(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     name = ctx.op.split(".")[1].rstrip("_")
     bounds = {"hardtanh": (a.get("min_val"), a.get("max_val")), "relu6": (0.0, 6.0),
@@ -231,7 +250,8 @@ def _bad(ctx: TorchCtx, arg: Any) -> float:
     raise ctx.fail(f"needs constant bounds, got {type(arg).__name__}")
 
 
-@converts("aten.softmax.int", "aten._softmax.default", "aten.log_softmax.int", "aten._log_softmax.default")
+@converts("aten.softmax.int", "aten._softmax.default", emits=("Softmax",))
+@converts("aten.log_softmax.int", "aten._log_softmax.default", emits=("LogSoftmax",))
 def _softmax(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     op = "LogSoftmax" if "log_softmax" in ctx.op else "Softmax"
@@ -248,13 +268,13 @@ def _pool_window(ctx: TorchCtx, a: dict[str, Any]) -> dict[str, Any]:
     return {"kernel": kernel, "strides": stride, "pads": [ph, pw, ph, pw], "ceil_mode": bool(a["ceil_mode"])}
 
 
-@converts("aten.max_pool2d.default", "aten.max_pool2d_with_indices.default")
+@converts("aten.max_pool2d.default", "aten.max_pool2d_with_indices.default", emits=("MaxPool",))
 def _max_pool(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     y = ctx.emit("MaxPool", _rank4(ctx, ctx.value(a["self"])), **_pool_window(ctx, a))
     return (y, None) if "with_indices" in ctx.op else y
 
 
-@converts("aten.avg_pool2d.default")
+@converts("aten.avg_pool2d.default", emits=("AvgPool",))
 def _avg_pool(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     if a.get("divisor_override") is not None:
         raise ctx.fail("avg_pool2d with divisor_override is not supported")
@@ -262,8 +282,9 @@ def _avg_pool(ctx: TorchCtx, a: dict[str, Any]) -> Value:
                     **_pool_window(ctx, a))
 
 
-@converts("aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default",
-          "aten.adaptive_max_pool2d.default")
+@converts("aten.adaptive_avg_pool2d.default", emits=("GlobalAvgPool", "AvgPool"), keep_whole=True)
+@converts("aten._adaptive_avg_pool2d.default", emits=("GlobalAvgPool", "AvgPool"))
+@converts("aten.adaptive_max_pool2d.default", emits=("GlobalMaxPool", "MaxPool"))
 def _adaptive_pool(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     x = _rank4(ctx, ctx.value(a["self"]))
     is_max = "max" in ctx.op
@@ -293,7 +314,9 @@ def _reduce_axes(value: Value, dims: Any) -> list[int]:
     return sorted(_axis(int(d), rank) for d in items)
 
 
-@converts("aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.amax.default")
+@converts("aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.amax.default",
+          emits={"aten.mean.dim": "ReduceMean", "aten.mean.default": "ReduceMean",
+                 "aten.sum.dim_IntList": "ReduceSum", "aten.amax.default": "ReduceMax"})
 def _reduce(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     if a.get("dtype") is not None:
@@ -310,7 +333,7 @@ _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "rsub": "Sub"
 @converts(*_keys("add", ("Tensor", "Scalar"), True), *_keys("sub", ("Tensor", "Scalar"), True),
           *_keys("mul", ("Tensor", "Scalar"), True), *_keys("div", ("Tensor", "Scalar", "Tensor_mode"), True),
           *_keys("rsub", ("Tensor", "Scalar")), "aten.maximum.default", "aten.minimum.default",
-          *_keys("pow", ("Tensor_Scalar", "Tensor_Tensor"), True))
+          *_keys("pow", ("Tensor_Scalar", "Tensor_Tensor"), True), emits=("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"))
 def _binary(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     name = ctx.op.split(".")[1].rstrip("_")
     if a.get("rounding_mode") is not None:
@@ -328,14 +351,14 @@ def _binary(ctx: TorchCtx, a: dict[str, Any]) -> Value:
 
 
 # ----------------------------------------------------------------------------- data movement
-@converts("aten.cat.default", "aten.concat.default")
+@converts("aten.cat.default", "aten.concat.default", emits=("Concat",))
 def _cat(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     values = [ctx.value(t) for t in a["tensors"]]
     values = [v for v in values if v.type.shape != (0,)] or values  # torch skips legacy empty tensors
     return ctx.emit("Concat", *values, axis=_axis(int(a["dim"]), values[0].type.rank))
 
 
-@converts("aten.stack.default")
+@converts("aten.stack.default", emits=("Unsqueeze", "Concat"))
 def _stack(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     values = [ctx.value(t) for t in a["tensors"]]
     axis = _axis(int(a["dim"]), values[0].type.rank + 1)
@@ -361,12 +384,13 @@ def reshape(ctx: TorchCtx, x: Value, target: Sequence[Any]) -> Value:
     return ctx.emit("Reshape", x, shape=dims)
 
 
-@converts("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.view_copy.default")
+@converts("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.view_copy.default",
+          emits=("Reshape",))
 def _view(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return reshape(ctx, ctx.value(a["self"]), list(a.get("size", a.get("shape")) or []))
 
 
-@converts("aten.flatten.using_ints")
+@converts("aten.flatten.using_ints", emits=("Reshape", "Flatten"))
 def _flatten(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     rank = x.type.rank
@@ -383,7 +407,7 @@ def _flatten(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return reshape(ctx, x, [*shape[:start], merged, *shape[end + 1:]])
 
 
-@converts("aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.numpy_T.default")
+@converts("aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.numpy_T.default", emits=("Transpose",))
 def _permute(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     rank = x.type.rank
@@ -398,13 +422,13 @@ def _permute(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return x if perm == list(range(rank)) else ctx.emit("Transpose", x, perm=perm)
 
 
-@converts("aten.unsqueeze.default")
+@converts("aten.unsqueeze.default", emits=("Unsqueeze",))
 def _unsqueeze(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     return ctx.emit("Unsqueeze", x, axes=[_axis(int(a["dim"]), x.type.rank + 1)])
 
 
-@converts("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+@converts("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", emits=("Squeeze",))
 def _squeeze(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     shape = ctx.shape(x)
@@ -428,7 +452,7 @@ def split(ctx: TorchCtx, x: Value, axis: int, sizes: list[int], part: str | None
 
 
 @converts("aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default", "aten.unbind.int",
-          "aten.tensor_split.sections")
+          "aten.tensor_split.sections", emits=("Split", "Squeeze"))
 def _split(ctx: TorchCtx, a: dict[str, Any]) -> list[Value]:
     x = ctx.value(a["self"])
     axis = _axis(int(a.get("dim", 0)), x.type.rank)
@@ -467,7 +491,7 @@ def slice_axis(ctx: TorchCtx, x: Value, axis: int, start: int | None, end: int |
     return ctx.emit("Slice", x, starts=[lo], ends=[hi], axes=[axis], steps=[int(step)])
 
 
-@converts("aten.slice.Tensor", "aten.narrow.default")
+@converts("aten.slice.Tensor", "aten.narrow.default", emits=("Slice",))
 def _slice(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     axis = _axis(int(a["dim"]), x.type.rank)
@@ -478,7 +502,7 @@ def _slice(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return slice_axis(ctx, x, axis, a["start"], a["end"], int(a["step"]))
 
 
-@converts("aten.select.int")
+@converts("aten.select.int", emits=("Slice", "Squeeze"))
 def _select(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     axis = _axis(int(a["dim"]), x.type.rank)
@@ -492,7 +516,7 @@ def _select(ctx: TorchCtx, a: dict[str, Any]) -> Value:
 @converts(*_keys("clone"), *_keys("contiguous"), *_keys("alias"), *_keys("detach"), *_keys("lift_fresh_copy"),
           "aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.type_as.default",
           *_keys("dropout", inplace=True), *_keys("feature_dropout", inplace=True),
-          *_keys("alpha_dropout", inplace=True), "aten.native_dropout.default")
+          *_keys("alpha_dropout", inplace=True), "aten.native_dropout.default", emits=())
 def _passthrough(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     """Ops that do nothing at inference in float32: the input itself."""
     x = ctx.value(a.get("self", a.get("input")))
@@ -505,7 +529,7 @@ def _passthrough(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     return (x, None) if ctx.op == "aten.native_dropout.default" else x
 
 
-@converts("aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default")
+@converts("aten.zeros_like.default", "aten.ones_like.default", "aten.full_like.default", emits=())
 def _like(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     x = ctx.value(a["self"])
     fill = {"zeros_like": 0.0, "ones_like": 1.0}.get(ctx.op.split(".")[1])
@@ -513,13 +537,13 @@ def _like(ctx: TorchCtx, a: dict[str, Any]) -> Value:
     return ctx.value(np.full(ctx.static_shape(x), value, np.float32), "fill")
 
 
-@converts("aten.sym_size.int")
+@converts("aten.sym_size.int", emits=())
 def _sym_size(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     x = ctx.value(a["self"])
     return x.type.shape[_axis(int(a["dim"]), x.type.rank)]
 
 
-@converts("operator.mul", "operator.add", "operator.sub", "operator.floordiv")
+@converts("operator.mul", "operator.add", "operator.sub", "operator.floordiv", emits=())
 def _python_int(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     """Size arithmetic; anything involving a symbolic dim stays unknown ('?')."""
     lhs, rhs = a["a0"], a["a1"]

@@ -20,10 +20,16 @@ from qcc.errors import InternalError, InvalidInputError, UnsupportedError, Usage
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Dim, TensorType
 from qcc.ir.verify import verify_model
+from qcc.tables import Emits, check_emitted, importer_registrar
 
 Converter = Callable[["TorchCtx", dict[str, Any]], Any]
 CONVERTERS: dict[str, Converter] = {}
 """ATen op ("aten.<name>.<overload>" or "operator.<fn>") -> function building its IR."""
+EMITS: dict[str, frozenset[str]] = {}
+"""ATen op -> the IR ops its converter may create (checked on every import)."""
+KEEP_WHOLE: set[str] = set()
+"""ATen ops `run_decompositions` must leave whole: their converter maps them better than their parts."""
+_register = importer_registrar(CONVERTERS, EMITS)
 
 IGNORED_PREFIXES = ("aten._assert", "aten.sym_constrain_range")
 # ops that move or reinterpret data: never the node that names a call site if another op exists
@@ -41,12 +47,12 @@ PRETTY = {"_native_batch_norm_legit_no_training": "batch_norm", "native_batch_no
           "_adaptive_avg_pool2d": "adaptive_avg_pool2d", "split_with_sizes": "split"}
 
 
-def converts(*keys: str) -> Callable[[Converter], Converter]:
-    def deco(fn: Converter) -> Converter:
-        for key in keys:
-            CONVERTERS[key] = fn
-        return fn
-    return deco
+def converts(*keys: str, emits: Emits, keep_whole: bool = False) -> Callable[[Converter], Converter]:
+    """Register a converter for `keys`, the IR ops it may create, and whether decompositions
+    must keep these ops whole."""
+    if keep_whole:
+        KEEP_WHOLE.update(keys)
+    return _register(*keys, emits=emits)  # type: ignore[no-any-return]
 
 
 def _load_converters() -> None:
@@ -391,7 +397,9 @@ def build_model(torch: Any, program: Any, source: str, graph_name: str, input_na
             env[node.name] = _fold(ctx, node, args, kwargs)
         else:
             ctx.begin(ctx.sites[node.name], key)
+            before = len(graph.nodes)
             result = CONVERTERS[key](ctx, bind_args(node.target, args, kwargs))
+            check_emitted(EMITS, key, (n.op for n in graph.nodes[before:]), ctx.where)
             ctx.finish(result)
             env[node.name] = result
             if is_inplace(node.target) and node.args and hasattr(node.args[0], "name"):

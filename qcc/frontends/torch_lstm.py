@@ -28,7 +28,8 @@ def _initial_states(ctx: TorchCtx, state: Any, count: int, part: str) -> list[Va
     return [ctx.emit("Squeeze", p, axes=[0], part=f"{part}{i}") for i, p in enumerate(parts)]
 
 
-@converts("aten.lstm.input")
+@converts("aten.lstm.input", emits=("Split", "Squeeze", "Dense", "Add", "Sigmoid", "Tanh", "Mul", "Unsqueeze", "Concat"),
+          keep_whole=True)
 def _lstm(ctx: TorchCtx, a: dict[str, Any]) -> tuple[Value, Value, Value]:
     x = ctx.value(a["input"])
     layers, directions = int(a["num_layers"]), 2 if a["bidirectional"] else 1

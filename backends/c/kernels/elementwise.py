@@ -44,6 +44,7 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Abs": ("r = v < 0.0f ? -v : v;", (), ()),
     "Neg": ("r = -v;", (), ()),
     "Reciprocal": ("r = 1.0f / v;", (), ()),
+    "Softplus": ("r = (v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v));", (), ("expf",)),
 }
 
 

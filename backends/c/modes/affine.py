@@ -146,6 +146,9 @@ class AffineMode(NumericMode):
         "BatchNorm": shared.batchnorm, **{op: _binary for op in KE.AFFINE_BINARY},
     }
 
+    def float_ops(self) -> frozenset[str]:
+        return frozenset({"Softmax", "BatchNorm"})  # dequantize, compute in float32, requantize
+
     def claims(self, acts: Sequence[Value]) -> bool:
         return any(isinstance(v.quant, Affine) for v in acts)
 

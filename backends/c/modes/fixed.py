@@ -217,5 +217,9 @@ class FixedMode(NumericMode):
     def refusal(self, op: str) -> str:
         return "no bit-exact fixed-point kernel" if FLOAT_MODE.lowering(op) is not None else ""
 
+    def float_ops(self) -> frozenset[str]:
+        # the runtime's generic path (Relu has a dedicated kernel), and Softmax/BatchNorm
+        return frozenset({*GENERIC_UNARY, "Softmax", "BatchNorm"} - {"Relu"})
+
 
 FIXED_MODE = FixedMode()

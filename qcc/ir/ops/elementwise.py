@@ -155,6 +155,7 @@ _simple("Neg", np.negative, "-x.")
 _simple("Abs", np.abs, "|x|.")
 _simple("Reciprocal", np.reciprocal, "1 / x.")
 _simple("Erf", lambda x: _erf(x), "erf(x).")
+_simple("Softplus", lambda x: np.logaddexp(0.0, x.astype(np.float64)), "log(1 + exp(x)).")
 
 
 @register

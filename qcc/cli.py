@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--network", help=".nnp network name")
     c.add_argument("--executor", help=".nnp executor name")
     c.add_argument("--batch-size", type=int, help="bind the batch dimension")
+    c.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]D0,D1,...",
+                   help="bind an input's dynamic dims, e.g. x=1,3,224,224 (NAME optional for one input); repeatable")
     c.add_argument("--nnb-version", type=int, default=None, choices=(2, 3),
                    help=".nnb format version (same as --target nnb{version=N})")
     c.add_argument("--api", type=int, default=None, help=".nnb api level (same as --target nnb{api=N})")
@@ -70,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--network", help=".nnp network name")
     i.add_argument("--executor", help=".nnp executor name")
     i.add_argument("--batch-size", type=int, help="bind the batch dimension")
+    i.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]D0,D1,...",
+                   help="bind an input's dynamic dims, e.g. x=1,3,224,224; repeatable")
 
     sub.add_parser("passes", help="list passes with their options and one-line docs", parents=[common])
     sub.add_parser("targets", help="list targets: extensions, options, the constraints they impose",
@@ -97,7 +101,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         args.model, args.output, target=args.target, passes=args.passes, quantize=args.quantize,
         calib=args.calib, method=args.method, per_tensor=args.per_tensor, settings=args.settings,
         overrides=tuple(args.override), eval=args.eval, report=args.report, network=args.network,
-        executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version, api=args.api,
+        executor=args.executor, batch_size=args.batch_size, input_shapes=_input_shapes(args), nnb_version=args.nnb_version, api=args.api,
         plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
         dump_ir=args.dump_ir,
     )
@@ -109,10 +113,17 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from qcc.inspect import inspect_path
 
     result = inspect_path(args.model, memory=args.memory, quantize=args.quantize, as_json=args.json,
-                          network=args.network, executor=args.executor, batch_size=args.batch_size)
+                          network=args.network, executor=args.executor, batch_size=args.batch_size,
+                          input_shapes=_input_shapes(args))
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     return 0
+
+
+def _input_shapes(args: argparse.Namespace) -> dict[str | None, tuple[int, ...]] | None:
+    from qcc.frontends.input_shapes import parse_input_shapes
+
+    return parse_input_shapes(args.input_shape) or None
 
 
 def _cmd_passes(args: argparse.Namespace) -> int:

@@ -52,6 +52,7 @@ class CompileOptions:
     network: str | None = None
     executor: str | None = None
     batch_size: int | None = None
+    input_shapes: Any = None  # {name: dims} / one shape / ["NAME=D0,D1", ...] (qcc.frontends.input_shapes)
     target_options: dict[str, Any] | None = None
     nnb_version: int | None = None  # legacy spellings of target nnb's options
     api: int | None = None
@@ -124,9 +125,12 @@ def _compile(
     backend, target_opts = resolve_target(out, opts)
     constraints = backend.constraints(target_opts)
     if isinstance(model, Model):
+        if opts.input_shapes:
+            raise UsageError("input_shapes binds the inputs of a model qcc loads; this one is already a qcc Model")
         loaded = model
     else:
-        loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+        loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size,
+                      input_shapes=opts.input_shapes)
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 

@@ -22,6 +22,7 @@ from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, Unsupporte
 from qcc.formats import nnabla_functions as nf
 from qcc.formats.nnp import INTERNAL, NnpSource, pool_geometry
 from qcc.formats.nnp_archive import NnpContents, function_args, param_field, read_nnp
+from qcc.frontends.input_shapes import ShapeSpec, bind_inputs
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
@@ -611,14 +612,17 @@ def supported_functions() -> list[str]:
 
 
 def import_contents(contents: NnpContents, source: str = "<nnp>", network: str | None = None,
-                    executor: str | None = None, batch_size: int | None = None) -> Model:
-    """Build the IR of the chosen network (see module doc)."""
+                    executor: str | None = None, batch_size: int | None = None,
+                    input_shapes: ShapeSpec | None = None) -> Model:
+    """Build the IR of the chosen network (see module doc).
+
+    nnabla's -1 is the batch everywhere in a network: `batch_size`, or an input shape that binds
+    an input's -1 (qcc.frontends.input_shapes), sets it for every variable."""
     net, exe = _pick(contents, source, network, executor)
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
-    batch: Dim = batch_size if batch_size is not None else "N"
     graph = Graph(name=net.name or Path(source).stem)
-    ctx = _Ctx(graph, net, contents, source, batch)
+    ctx = _Ctx(graph, net, contents, source, "N")
     _check_supported(ctx, net)
     if not contents.params and any(v.type == "Parameter" for v in net.variable):
         raise InvalidInputError(f"{source}: network {net.name!r} has parameters but the file holds none "
@@ -628,6 +632,9 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
     for name in input_names:
         if name not in ctx.declared:
             raise InvalidInputError(f"{source}: input variable {name!r} is not declared in network {net.name!r}")
+    bound = bind_inputs({name: ctx.dims(name) for name in input_names}, input_shapes, batch_size, source)
+    ctx.batch = bound.symbols.get("N", batch_size if batch_size is not None else "N")
+    for name in input_names:
         ctx.values[name] = graph.add_input(name, TensorType("float32", ctx.dims(name)))
     if exe is not None:
         for gen in exe.generator_variable:
@@ -662,10 +669,10 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
 
 
 def load_nnp(path: str | os.PathLike[str], network: str | None = None, executor: str | None = None,
-             batch_size: int | None = None, **_: Any) -> Model:
+             batch_size: int | None = None, input_shapes: ShapeSpec | None = None, **_: Any) -> Model:
     """Import one network of an .nnp/.nntxt file (default: the 'runtime' executor's, else the first)."""
     source = str(path)
-    return import_contents(read_nnp(path), source, network, executor, batch_size)
+    return import_contents(read_nnp(path), source, network, executor, batch_size, input_shapes)
 
 
 class NnpFrontend:

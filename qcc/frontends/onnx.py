@@ -16,6 +16,7 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
+from qcc.frontends.input_shapes import BoundShapes, ShapeSpec, bind_inputs
 from qcc.frontends.onnx_tensors import (
     TYPE_NAMES,
     declared_bytes,
@@ -590,33 +591,36 @@ def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
         raise UnsupportedError(f"{source}: input {name!r} has element type {dtype}, which qcc does not handle")
     dims: list[int | str] = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
-            if d.dim_value < 0:
-                raise InvalidInputError(f"{source}: input {name!r} has a negative dimension")
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
-        else:
+        elif d.HasField("dim_value") and d.dim_value != -1:
+            raise InvalidInputError(f"{source}: input {name!r} has dimension {d.dim_value} at axis {i}")
+        else:  # a symbol, no dim at all, or -1 (how several exporters write a dynamic dim)
             dims.append(d.dim_param or ("N" if i == 0 else f"{name}_d{i}"))
     return TensorType(dtype, tuple(dims))
 
 
-def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: Any) -> Model:
-    """Import an ONNX file (see module doc); `batch_size` binds a symbolic first dimension."""
+def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None,
+              input_shapes: ShapeSpec | None = None, **_: Any) -> Model:
+    """Import an ONNX file (see module doc); `input_shapes` and `batch_size` bind dynamic input dims
+    (qcc.frontends.input_shapes) before any node is imported, so shape computations fold."""
     source = Path(path)
     proto = _read(source, limits.current().max_file_bytes)
-    return import_proto(proto, str(source), batch_size)
+    return import_proto(proto, str(source), batch_size, input_shapes)
 
 
-def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
+def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None,
+                 input_shapes: ShapeSpec | None = None) -> Model:
     """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`."""
     try:
-        return _import_proto(proto, source, batch_size)
+        return _import_proto(proto, source, batch_size, input_shapes)
     except QccError:
         raise
     except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{source}: malformed ONNX model: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
-def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
+def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes: ShapeSpec | None) -> Model:
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
@@ -633,14 +637,12 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
         count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
         ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
         ctx.consts[tensor.name] = to_array(tensor, where, source)
-    for vi in g.input:
-        if vi.name in ctx.consts:
-            continue
-        ttype = _ttype(vi.type, vi.name, source)
-        limits.check_elements(ttype.numel(), f"input {vi.name!r}", source)
-        if batch_size is not None and ttype.shape and isinstance(ttype.shape[0], str):
-            ttype = TensorType(ttype.dtype, (batch_size, *ttype.shape[1:]))
-        ctx.values[vi.name] = graph.add_input(vi.name, ttype)
+    declared = {vi.name: _ttype(vi.type, vi.name, source) for vi in g.input if vi.name not in ctx.consts}
+    bound = bind_inputs({name: t.shape for name, t in declared.items()}, input_shapes, batch_size, source)
+    for name, ttype in declared.items():
+        ttype = TensorType(ttype.dtype, bound.shapes[name])
+        limits.check_elements(ttype.numel(), f"input {name!r}", source)
+        ctx.values[name] = graph.add_input(name, ttype)
     unsupported: dict[str, list[str]] = {}
     for node in g.node:
         texts = [node.op_type, node.name, node.domain, *node.input, *node.output]
@@ -660,6 +662,8 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
             node.name = f"{node.op_type.lower()}_{index}"
         try:
             _import_node(ctx, g, node, source)
+        except (UnsupportedError, InvalidInputError) as exc:
+            raise _with_shape_hint(exc, ctx, node, bound) from exc.__cause__
         except QccError:
             raise
         except MALFORMED_ERRORS as exc:
@@ -680,6 +684,14 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
     if problems:
         raise InvalidInputError(f"{source}: imported graph is invalid: " + "; ".join(problems[:10]))
     return model
+
+
+def _with_shape_hint(exc: QccError, ctx: _Ctx, node: Any, bound: BoundShapes) -> QccError:
+    """`exc`, plus which input dim to bind when the node read a tensor with a dynamic dim."""
+    hint = bound.hint((ctx.values[n].type.shape for n in node.input if n in ctx.values), str(exc))
+    if not hint or hint in str(exc):
+        return exc
+    return type(exc)(f"{exc}; {hint}")
 
 
 def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError
+from qcc.frontends.input_shapes import BoundShapes, ShapeSpec
 from qcc.ir.core import Model
 
 INSTALL_HINT = "pip install 'qcc[torch]'"
@@ -34,7 +35,7 @@ def import_torch() -> Any:
 
 
 def load_module(module: Any, example_inputs: Any, input_names: Sequence[str] | None = None,
-                batch_size: int | None = None) -> Model:
+                batch_size: int | None = None, input_shapes: ShapeSpec | None = None) -> Model:
     """Import an in-memory torch.nn.Module traced on `example_inputs` (a tensor or a tuple)."""
     torch = import_torch()
     if not isinstance(module, torch.nn.Module):
@@ -53,11 +54,11 @@ def load_module(module: Any, example_inputs: Any, input_names: Sequence[str] | N
         for sub, training in modes:  # restore each submodule's own mode
             sub.training = training
     return load_exported(program, input_names=input_names, batch_size=batch_size, source=f"<{name}>",
-                         graph_name=name)
+                         graph_name=name, input_shapes=input_shapes)
 
 
 def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = None,
-             batch_size: int | None = None, **_: Any) -> Model:
+             batch_size: int | None = None, input_shapes: ShapeSpec | None = None, **_: Any) -> Model:
     """Import a program saved with `torch.export.save`."""
     from qcc.frontends.pt2_safety import check_pt2, drop_guards, weights_only_loading
 
@@ -79,19 +80,42 @@ def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = N
                                 f"{type(exc).__name__}: {str(exc)[:300]}") from None
     drop_guards(program)
     return load_exported(program, input_names=input_names, batch_size=batch_size, source=str(source),
-                         graph_name=source.stem)
+                         graph_name=source.stem, input_shapes=input_shapes)
 
 
 def load_exported(program: Any, input_names: Sequence[str] | None = None, batch_size: int | None = None,
-                  source: str = "<ExportedProgram>", graph_name: str = "torch") -> Model:
-    """Import a `torch.export.ExportedProgram` (decomposing it first when needed)."""
-    from qcc.frontends.torch_fx import build_model
+                  source: str = "<ExportedProgram>", graph_name: str = "torch",
+                  input_shapes: ShapeSpec | None = None) -> Model:
+    """Import a `torch.export.ExportedProgram` (decomposing it first when needed).
+
+    Input shapes are bound first (qcc.frontends.input_shapes); a program with symbolic sizes whose
+    inputs all become static is exported again at those shapes, so its size computations fold."""
+    from qcc.frontends.torch_fx import bind_program_inputs, build_model
 
     torch = import_torch()
+    bound = bind_program_inputs(torch, program, input_names, input_shapes, batch_size, source)
+    static = specialize(torch, program, bound, source)
+    if static is not program:  # the same inputs, by the names they had, now static
+        input_names = list(bound.shapes)
+        program, bound = static, bind_program_inputs(torch, static, input_names, None, None, source)
     program, decomposed = prepare(torch, program, source)
-    model = build_model(torch, program, source, graph_name, input_names, batch_size)
+    model = build_model(torch, program, source, graph_name, input_names, bound)
     model.metadata.update({"torch_version": str(torch.__version__), "torch_decomposed": decomposed})
     return model
+
+
+def specialize(torch: Any, program: Any, bound: BoundShapes, source: str) -> Any:
+    """`program` exported again with static inputs when binding made every input dim static."""
+    if not bound.symbols or any(isinstance(d, str) for dims in bound.shapes.values() for d in dims):
+        return program
+    module = program.module()
+    inputs = tuple(torch.zeros(dims, dtype=torch.float32) for dims in bound.shapes.values())
+    try:
+        return torch.export.export(module, inputs)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UnsupportedError(f"{source}: torch.export could not specialize the program to input shapes "
+                               f"{dict(bound.shapes)}: {type(exc).__name__}: {first[:300]}") from None
 
 
 def prepare(torch: Any, program: Any, source: str) -> tuple[Any, bool]:
@@ -149,7 +173,8 @@ class TorchFrontend:
         return {"torch import": {op: "yes" for op in emitted_ops(EMITS)}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
-        return load_pt2(path, input_names=options.get("input_names"), batch_size=options.get("batch_size"))
+        return load_pt2(path, input_names=options.get("input_names"), batch_size=options.get("batch_size"),
+                        input_shapes=options.get("input_shapes"))
 
     def accepts(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")  # an nn.Module cannot exist unless torch is imported
@@ -158,11 +183,12 @@ class TorchFrontend:
         return isinstance(obj, (torch.nn.Module, torch.export.ExportedProgram))
 
     def load_object(self, obj: Any, example_inputs: Any = None, input_names: Sequence[str] | None = None,
-                    batch_size: int | None = None, **_: Any) -> Model:
+                    batch_size: int | None = None, input_shapes: ShapeSpec | None = None, **_: Any) -> Model:
         torch = import_torch()
         if isinstance(obj, torch.export.ExportedProgram):
-            return load_exported(obj, input_names=input_names, batch_size=batch_size)
-        return load_module(obj, example_inputs, input_names=input_names, batch_size=batch_size)
+            return load_exported(obj, input_names=input_names, batch_size=batch_size, input_shapes=input_shapes)
+        return load_module(obj, example_inputs, input_names=input_names, batch_size=batch_size,
+                           input_shapes=input_shapes)
 
 
 FRONTEND = TorchFrontend()

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from qcc.errors import InternalError, InvalidInputError, UnsupportedError, UsageError
+from qcc.frontends.input_shapes import BoundShapes, ShapeSpec, bind_inputs
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Dim, TensorType
 from qcc.ir.verify import verify_model
@@ -370,7 +371,7 @@ def bind_args(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dic
 
 
 def build_model(torch: Any, program: Any, source: str, graph_name: str, input_names: Sequence[str] | None,
-                batch_size: int | None) -> Model:
+                bound: BoundShapes | None = None) -> Model:
     _load_converters()
     map_arg = torch.fx.node.map_arg
     scan = scan_program(program)
@@ -378,7 +379,7 @@ def build_model(torch: Any, program: Any, source: str, graph_name: str, input_na
     graph = Graph(name=graph_name)
     ctx = TorchCtx(torch, graph, source, plan_sites(nodes, scan.foldable))
     env: dict[str, Any] = {}
-    _bind_placeholders(ctx, program, nodes, env, input_names, batch_size)
+    _bind_placeholders(ctx, program, nodes, env, input_names, bound)
     outputs: list[Any] = []
     for node in nodes:
         if node.op == "output":
@@ -436,23 +437,20 @@ def _fold(ctx: TorchCtx, node: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _bind_placeholders(ctx: TorchCtx, program: Any, nodes: list[Any], env: dict[str, Any],
-                       input_names: Sequence[str] | None, batch_size: int | None) -> None:
+                       input_names: Sequence[str] | None, bound: BoundShapes | None) -> None:
     torch = ctx.torch
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
-    user = [n for n in nodes if n.op == "placeholder" and specs[n.name].kind.name == "USER_INPUT"
-            and isinstance(n.meta.get("val"), torch.Tensor)]  # other inputs were specialized by export
-    names = list(input_names) if input_names is not None else [n.name for n in user]
-    if len(names) != len(user) or len(set(names)) != len(names):
-        raise UsageError(f"{ctx.source}: input_names {names} must be {len(user)} distinct names "
-                         f"(the program's inputs: {[n.name for n in user]})")
+    user = _user_inputs(torch, program)
+    names = _input_names(user, input_names, ctx.source)
+    shapes = bound.shapes if bound is not None else {n: _declared_dims(ctx.source, node) for n, node in zip(names, user)}
     ctx.graph._names.update(names)
     for node in nodes:
         if node.op != "placeholder":
             continue
         spec = specs[node.name]
         if spec.kind.name == "USER_INPUT":
-            env[node.name] = ctx.graph.add_input(names[user.index(node)], _input_type(ctx, node, batch_size)) \
-                if node in user else node.meta.get("val")
+            env[node.name] = ctx.graph.add_input(names[user.index(node)], TensorType(
+                "float32", shapes[names[user.index(node)]])) if node in user else node.meta.get("val")
             continue
         target = spec.target
         tensor = program.state_dict.get(target) if target in program.state_dict else program.constants.get(target)
@@ -463,19 +461,36 @@ def _bind_placeholders(ctx: TorchCtx, program: Any, nodes: list[Any], env: dict[
         env[node.name] = tensor
 
 
-def _input_type(ctx: TorchCtx, node: Any, batch_size: int | None) -> TensorType:
+def _user_inputs(torch: Any, program: Any) -> list[Any]:
+    """The placeholders of the program's tensor inputs (other inputs were specialized by export)."""
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
+    return [n for n in program.graph.nodes if n.op == "placeholder" and specs[n.name].kind.name == "USER_INPUT"
+            and isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def _input_names(user: list[Any], input_names: Sequence[str] | None, source: str) -> list[str]:
+    names = list(input_names) if input_names is not None else [n.name for n in user]
+    if len(names) != len(user) or len(set(names)) != len(names):
+        raise UsageError(f"{source}: input_names {names} must be {len(user)} distinct names "
+                         f"(the program's inputs: {[n.name for n in user]})")
+    return names
+
+
+def _declared_dims(source: str, node: Any) -> tuple[Dim, ...]:
+    """An input's dims: ints, a symbolic first dim as the batch 'N', other symbols by torch's name."""
     val = node.meta.get("val")
     if not val.is_floating_point():
-        raise UnsupportedError(f"{ctx.source}: input {node.name!r} has dtype {val.dtype}; only float inputs are supported")
-    dims: list[Dim] = []
-    for i, dim in enumerate(val.shape):
-        if isinstance(dim, int):
-            dims.append(int(dim))
-        elif i == 0:
-            dims.append(batch_size if batch_size is not None else "N")
-        else:
-            dims.append(str(dim))
-    return TensorType("float32", tuple(dims))
+        raise UnsupportedError(f"{source}: input {node.name!r} has dtype {val.dtype}; only float inputs are supported")
+    return tuple(int(d) if isinstance(d, int) else ("N" if i == 0 else str(d)) for i, d in enumerate(val.shape))
+
+
+def bind_program_inputs(torch: Any, program: Any, input_names: Sequence[str] | None, input_shapes: ShapeSpec | None,
+                        batch_size: int | None, source: str) -> BoundShapes:
+    """The program's input shapes bound like every frontend's (qcc.frontends.input_shapes)."""
+    user = _user_inputs(torch, program)
+    names = _input_names(user, input_names, source)
+    return bind_inputs({name: _declared_dims(source, node) for name, node in zip(names, user)},
+                       input_shapes, batch_size, source)
 
 
 def _bind_outputs(ctx: TorchCtx, program: Any, outputs: list[Any], env: dict[str, Any]) -> None:

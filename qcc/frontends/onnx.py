@@ -16,6 +16,7 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
+from qcc.frontends import onnx_quant
 from qcc.frontends.input_shapes import BoundShapes, ShapeSpec, bind_inputs
 from qcc.frontends.onnx_tensors import (
     TYPE_NAMES,
@@ -44,6 +45,20 @@ class _Ctx:
         self.consts: dict[str, np.ndarray] = {}
         self._const_values: dict[str, Value] = {}
         self.param_bytes = 0
+        self.const_quant: dict[str, Any] = {}  # constant -> its annotation (qcc.frontends.onnx_quant)
+        self.int_names: set[str] = set()  # ONNX tensors that hold integers of an annotated IR value
+        self.graph_outputs: set[str] = set()
+        self.importers = IMPORTERS
+        self._readers: dict[str, list[Any]] = {}
+
+    def index_readers(self, nodes: Any) -> None:
+        for node in nodes:
+            for name in node.input:
+                self._readers.setdefault(name, []).append(node)
+
+    def readers(self, name: str) -> list[Any]:
+        """The ONNX nodes that read tensor `name`."""
+        return self._readers.get(name, [])
 
     def reserve(self, count: int, itemsize: int, what: str) -> None:
         """Account for a constant about to be materialized: limits are checked before allocating."""
@@ -75,7 +90,9 @@ class _Ctx:
                 if data.dtype.name not in DTYPES:
                     raise UnsupportedError(f"{self.source}: constant {name!r} of element type {data.dtype.name} "
                                            "is used by computation; qcc handles " + ", ".join(DTYPES))
-                self._const_values[name] = self.graph.add_constant(self.graph.unique_name(name), data)
+                const = self.graph.add_constant(self.graph.unique_name(name), data)
+                const.quant = self.const_quant.get(name)
+                self._const_values[name] = const
             return self._const_values[name]
         raise InvalidInputError(f"{self.source}: tensor {name!r} is used but never defined")
 
@@ -189,6 +206,7 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Gemm): bias of shape {c.shape} is not per output")
         wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w.astype(np.float32)))
         bv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[2]), b) if b is not None else None
+        onnx_quant.carry_gemm_annotations(ctx, node, wv, bv, bool(trans_b), alpha == 1.0 and beta == 1.0)
         if len(node.input) > 2 and node.input[2] and b is None:
             y = ctx.graph.add("Dense", x, wv, name=node.name)
             c_val = ctx.value(node.input[2])
@@ -489,7 +507,7 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Constant) with {key}")
             ctx.consts[node.output[0]] = np.array(val, dtype=dtype)
         return True
-    if not all(ctx.is_const(n) for n in node.input):
+    if not all(ctx.is_const(n) for n in node.input) or op in onnx_quant.FOLD_FIRST:
         return False
     ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
     result: Any
@@ -643,12 +661,15 @@ def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes:
         ttype = TensorType(ttype.dtype, bound.shapes[name])
         limits.check_elements(ttype.numel(), f"input {name!r}", source)
         ctx.values[name] = graph.add_input(name, ttype)
+    ctx.index_readers(g.node)
+    ctx.graph_outputs = {vi.name for vi in g.output}
     unsupported: dict[str, list[str]] = {}
     for node in g.node:
         texts = [node.op_type, node.name, node.domain, *node.input, *node.output]
         if not all(isinstance(t, str) for t in texts):
             raise InvalidInputError(f"{source}: node {node.name!r} has names that are not valid UTF-8")
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") and not (node.domain == onnx_quant.MS_DOMAIN
+                                                         and node.op_type in onnx_quant.DOMAIN_OPS):
             unsupported.setdefault(f"{node.domain}.{node.op_type}", []).append(node.name)
             continue
         if node.op_type not in IMPORTERS and node.op_type not in _FOLD_ONLY:
@@ -710,7 +731,12 @@ def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
             raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) reads {name!r}, which is not defined before it")
     before = len(ctx.graph.nodes)
     IMPORTERS[node.op_type](ctx, node, attrs)
-    check_emitted(EMITS, node.op_type, (n.op for n in ctx.graph.nodes[before:]), f"{source}: node {node.name!r}")
+    created = ctx.graph.nodes[before:]
+    check_emitted(EMITS, node.op_type, (n.op for n in created), f"{source}: node {node.name!r}")
+    onnx_quant.after_import(ctx, node, created)
+
+
+onnx_quant.install(IMPORTERS, importer)
 
 
 class OnnxFrontend:

@@ -32,8 +32,8 @@ def batches(feeds: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.nd
 
 def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], calib: dict[str, np.ndarray],
                     method: str = "MinMax", per_channel: bool = True, activation: str = "uint8",
-                    batch_size: int | None = None, reduce_range: bool = False) -> None:
-    """onnxruntime.quantization.quantize_static in QDQ format on `calib` (arrays by input name).
+                    batch_size: int | None = None, reduce_range: bool = False, quant_format: str = "QDQ") -> None:
+    """onnxruntime.quantization.quantize_static in QDQ (or QOperator) format on `calib` (arrays by input name).
 
     batch_size None feeds all samples at once: with a smaller last batch, ORT 1.23's Entropy and
     Percentile calibrators fail (np.asarray over batches of unequal length).
@@ -58,7 +58,7 @@ def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], 
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
         ort_quantize_static(
-            str(prepared), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+            str(prepared), str(out), Reader(), quant_format=getattr(QuantFormat, quant_format), per_channel=per_channel,
             reduce_range=reduce_range, calibrate_method=getattr(CalibrationMethod, method),
             activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
             weight_type=QuantType.QInt8,

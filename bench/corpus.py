@@ -332,16 +332,19 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
 
     def ort() -> dict[str, Any]:
         results, failures = [], []
+        batch = model.shapes[next(iter(model.shapes))][0]
         for method in ort_methods:
-            out = work / f"ort_{method}.onnx"
-            try:
-                quantize_static(path, out, calib, method=method, per_channel=True, batch_size=model.shapes[
-                    next(iter(model.shapes))][0])
-                got = flat(ort_outputs(out, feeds, model))
-                results.append({"method": method, "sqnr_db": sqnr(got, ref),
-                                "task": task_score(model, ref, got, out_shapes)})
-            except Exception as exc:
-                failures.append(f"{method}: {reason(exc)}")
+            for preprocess in (True, False):  # as documented (quant_pre_process first), else without it
+                out = work / f"ort_{method}_{preprocess}.onnx"
+                try:
+                    quantize_static(path, out, calib, method=method, per_channel=True, batch_size=batch,
+                                    preprocess=preprocess)
+                    got = flat(ort_outputs(out, feeds, model))
+                    results.append({"method": method + ("" if preprocess else " (no pre-process)"),
+                                    "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)})
+                    break
+                except Exception as exc:
+                    failures.append(f"{method}{'' if preprocess else ' without pre-process'}: {reason(exc)}")
         if not results:
             raise RuntimeError("; ".join(failures))
         best = max(results, key=lambda r: r["sqnr_db"])
@@ -388,6 +391,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--record", type=Path, help="replace the corpus section of this markdown file")
     parser.add_argument("--fetch-only", action="store_true", help="download the archives and stop")
+    parser.add_argument("--update", type=Path, help="a --json file of an earlier run: the models run now replace "
+                                                    "their rows, the table shows them all")
     args = parser.parse_args()
     chosen = [m for m in MODELS if not args.models or m.key in args.models.split(",")]
     for pkg in (*PACKAGES, IMAGES):
@@ -399,6 +404,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"{model.key}:", file=sys.stderr, flush=True)
             rows.append(run_model(model, args.calib, args.eval, Path(tmp)))
+    if args.update:
+        fresh = {r["model"]: r for r in rows}
+        old = json.loads(args.update.read_text())
+        rows = [fresh.pop(r["model"], r) for r in old] + list(fresh.values())
     table = markdown(rows)
     print(table)
     if args.json:

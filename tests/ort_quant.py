@@ -32,7 +32,8 @@ def batches(feeds: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.nd
 
 def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], calib: dict[str, np.ndarray],
                     method: str = "MinMax", per_channel: bool = True, activation: str = "uint8",
-                    batch_size: int | None = None, reduce_range: bool = False, quant_format: str = "QDQ") -> None:
+                    batch_size: int | None = None, reduce_range: bool = False, quant_format: str = "QDQ",
+                    preprocess: bool = True) -> None:
     """onnxruntime.quantization.quantize_static in QDQ (or QOperator) format on `calib` (arrays by input name).
 
     batch_size None feeds all samples at once: with a smaller last batch, ORT 1.23's Entropy and
@@ -56,7 +57,10 @@ def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], 
 
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+        if preprocess:
+            quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+        else:
+            prepared = Path(model)
         ort_quantize_static(
             str(prepared), str(out), Reader(), quant_format=getattr(QuantFormat, quant_format), per_channel=per_channel,
             reduce_range=reduce_range, calibrate_method=getattr(CalibrationMethod, method),

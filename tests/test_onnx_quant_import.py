@@ -137,3 +137,14 @@ def test_integer_computation_qcc_cannot_read_is_refused_by_name(tmp_path: Path) 
                   h.make_node("Neg", ["q"], ["y"], name="neg_int")]
     with pytest.raises(UnsupportedError, match=r"'neg_int' \(Neg\): computes on the integers of 'q'"):
         qcc.load(_onnx_model(arithmetic, params, tmp_path / "arith.onnx"))
+
+
+def test_qdq_model_to_nnb_needs_fixed_point_and_gets_it_by_requantizing(ort_qdq: Path, tmp_path: Path) -> None:
+    line = one_error_line(run_qcc("compile", str(ort_qdq), "-o", str(tmp_path / "a.nnb")))
+    assert ".nnb stores fixed point" in line and "--quantize fixed8" in line, line
+    assert not (tmp_path / "a.nnb").exists()
+    model, _ = qcc.compile(ort_qdq, tmp_path / "b.nnb", quantize="fixed8", calib=str(DIGITS / "calib.npz"))
+    from qcc.ir.types import FixedPoint
+
+    assert (tmp_path / "b.nnb").stat().st_size > 0
+    assert all(isinstance(v.quant, FixedPoint) for v in model.graph.inputs)

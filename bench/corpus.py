@@ -337,8 +337,9 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
             for preprocess in (True, False):  # as documented (quant_pre_process first), else without it
                 out = work / f"ort_{method}_{preprocess}.onnx"
                 try:
-                    quantize_static(path, out, calib, method=method, per_channel=True, batch_size=batch,
-                                    preprocess=preprocess)
+                    feeds_list = [per_sample(calib, model, i) for i in range(count_of(calib, model))]
+                    quantize_static(path, out, feeds_list if len(model.shapes) > 1 else calib, method=method,
+                                    per_channel=True, batch_size=batch, preprocess=preprocess)
                     got = flat(ort_outputs(out, feeds, model))
                     results.append({"method": method + ("" if preprocess else " (no pre-process)"),
                                     "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)})

@@ -30,7 +30,8 @@ def batches(feeds: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.nd
         yield {k: v[start:start + size] for k, v in feeds.items()}
 
 
-def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], calib: dict[str, np.ndarray],
+def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str],
+                    calib: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
                     method: str = "MinMax", per_channel: bool = True, activation: str = "uint8",
                     batch_size: int | None = None, reduce_range: bool = False, quant_format: str = "QDQ",
                     preprocess: bool = True) -> None:
@@ -50,7 +51,9 @@ def quantize_static(model: str | os.PathLike[str], out: str | os.PathLike[str], 
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
-            self.it = batches(calib, batch_size or len(next(iter(calib.values()))))
+            # a list holds the feeds themselves (inputs whose first dims differ: a sample each)
+            self.it = iter(calib) if isinstance(calib, list) else \
+                batches(calib, batch_size or len(next(iter(calib.values()))))
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.it, None)

@@ -253,6 +253,38 @@ def unary_table(node: Node) -> np.ndarray:
     return quantize_input(np.asarray(real, dtype=F32), y)
 
 
+SCALAR_OPERAND_OPS = frozenset({"Div", "Pow"})
+"""Binary ops without an integer kernel of their own that run as a lookup table of input 0 when
+input 1 is a constant scalar (x / 6 in a HardSwish pattern, x ** 2 in a LayerNorm pattern)."""
+
+
+def scalar_operand(node: Node) -> Value:
+    """Input 1 when it is a constant scalar, else an UnsupportedError naming the node."""
+    b = node.inputs[1] if len(node.inputs) > 1 else None
+    if b is None or b.const is None or b.const.size != 1 or node.input(0).const is not None:
+        raise UnsupportedError(f"affine integer mode: op {node.op} (node {node.name!r}) runs on integers only with "
+                               "a constant scalar second input")
+    return b
+
+
+def scalar_operand_table(node: Node) -> np.ndarray:
+    """y's stored value for every stored x: the reference kernel on (x, the constant as stored)."""
+    from qcc.ir.fakequant import apply_annotation
+
+    x, y, b = node.input(0), node.outputs[0], scalar_operand(node)
+    assert b.const is not None
+    lo, hi = bounds(x)
+    q = np.arange(lo, hi + 1, dtype=np.int64)
+    const = apply_annotation(np.asarray(b.const, dtype=F32), b.quant).reshape(())
+    real = get_schema(node.op).kernel(node, [dequantize(q, x), const])[0]
+    return quantize_input(np.asarray(real, dtype=F32).reshape(-1), y)
+
+
+def scalar_operand_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    lo = bounds(node.input(0))[0]
+    return [scalar_operand_table(node)[np.asarray(args[0], dtype=np.int64) - lo]]
+
+
 def pool_counts(node: Node, x_shape: tuple[int, ...]) -> np.ndarray:
     """Elements averaged per output position (padding counted when count_include_pad)."""
     ones = np.ones((1, 1, *x_shape[2:]))
@@ -401,6 +433,8 @@ def is_table_op(op: str) -> bool:
 def kernel_for(op: str) -> NodeKernel | None:
     if op in INTEGER_KERNELS:
         return INTEGER_KERNELS[op]
+    if op in SCALAR_OPERAND_OPS:
+        return scalar_operand_kernel
     if op_has(op, "view"):
         return view_kernel
     return unary_kernel if is_table_op(op) else None
@@ -429,6 +463,8 @@ class AffineRunner(Runner):
         kernel = kernel_for(node.op)
         if kernel is None:
             raise UnsupportedError(f"affine integer mode: op {node.op} (node {node.name!r}) has no integer kernel")
+        if kernel is scalar_operand_kernel:
+            scalar_operand(node)  # refused here, before any run, when input 1 is no constant scalar
         return kernel
 
     def store_param(self, value: Value) -> np.ndarray:

@@ -107,11 +107,24 @@ def _pool(lw: Lowering, node: Node) -> Step:
 
 
 def _table(lw: Lowering, node: Node) -> Step:
+    return _table_step(lw, node, ai.unary_table(node))
+
+
+def _table_step(lw: Lowering, node: Node, data: np.ndarray) -> Step:
     x, y = node.input(0), node.outputs[0]
-    table = lw.array(ai.unary_table(node), lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
+    table = lw.array(data, lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
     step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
     step.inplace = (0,)
     return step
+
+
+def _scalar_table(lw: Lowering, node: Node) -> Step:
+    """Div/Pow/Sub by a constant scalar: a lookup table of input 0 (ai.scalar_operand_table)."""
+    try:
+        data = ai.scalar_operand_table(node)
+    except UnsupportedError:
+        raise lw.unsupported(node, "only with a constant scalar second input") from None
+    return _table_step(lw, node, data)
 
 
 def _binary(lw: Lowering, node: Node) -> Step:
@@ -143,7 +156,8 @@ class AffineMode(NumericMode):
     lowerings: ClassVar[dict[str, LowerFn]] = {
         "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
-        "BatchNorm": shared.batchnorm, **{op: _binary for op in KE.AFFINE_BINARY},
+        "BatchNorm": shared.batchnorm, **{op: _scalar_table for op in ai.SCALAR_OPERAND_OPS},
+        **{op: _binary for op in KE.AFFINE_BINARY},
     }
 
     def float_ops(self) -> frozenset[str]:

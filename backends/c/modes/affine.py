@@ -163,6 +163,11 @@ class AffineMode(NumericMode):
     def float_ops(self) -> frozenset[str]:
         return frozenset({"Softmax", "BatchNorm"})  # dequantize, compute in float32, requantize
 
+    def lowered_ops(self) -> frozenset[str]:
+        """Div and Pow lower only by a constant scalar (a table): the support matrix, which speaks
+        of an op on any operands, does not list them."""
+        return super().lowered_ops() - ai.SCALAR_OPERAND_OPS
+
     def claims(self, acts: Sequence[Value]) -> bool:
         return any(isinstance(v.quant, Affine) for v in acts)
 

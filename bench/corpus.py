@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -256,14 +257,21 @@ def box_iou(model: CorpusModel, ref: np.ndarray, test: np.ndarray) -> float:
 def reason(exc: BaseException) -> str:
     """One line: qcc's message (it names op and node) without the file paths."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    text = text.split(". Supported: ")[0]  # the frontend's list of every op it has
-    if "cannot express" in text and text.count("(") > 3:  # one line per op, not per node
-        head, _, tail = text.partition("cannot express ")
-        ops = sorted({part.split(" (")[0].strip(", ") for part in tail.split("), ") if part.strip()})
-        text = f"{head}cannot express {', '.join(ops)}"
+    return f"{type(exc).__name__}: {compact(text)}"
+
+
+def compact(text: str) -> str:
+    """A failure line for the table: no paths, no list of supported ops, each blocking op once."""
+    import re
+
     for prefix in (str(CACHE / "models") + "/", tempfile.gettempdir() + "/"):
         text = text.replace(prefix, "")
-    return f"{type(exc).__name__}: {text[:260]}"
+    text = text.split(". Supported: ")[0]  # the frontend's list of every op it has
+    if "cannot express " in text:  # each op once, not each node; not the list of what it can
+        head, _, tail = text.partition("cannot express ")
+        ops = sorted(set(re.findall(r"(\w+) \('", tail.split(";")[0])))
+        text = f"{head}cannot express {', '.join(ops)}"
+    return text[:260]
 
 
 def attempt(row: dict[str, Any], key: str, fn: Callable[[], dict[str, Any]]) -> None:
@@ -363,8 +371,13 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
                     break
                 except Exception as exc:
                     failures.append(f"{method}{'' if preprocess else ' without pre-process'}: {reason(exc)}")
-        if not results:
-            raise RuntimeError("; ".join(failures))
+        if not results:  # every config failed: what each one raised, in a word, then in full
+            summary = []
+            for failure in failures:
+                label, _, rest = failure.partition(": ")
+                code = re.search(r"\[ONNXRuntimeError\] : \d+ : (\w+)", rest)
+                summary.append(f"{label} {code.group(1) if code else rest.split(':')[0]}")
+            raise RuntimeError("quantize_static failed: " + "; ".join(summary) + " || " + " || ".join(failures))
         best = max(results, key=lambda r: r["sqnr_db"])
         return {**best, "failures": failures}
 
@@ -375,9 +388,28 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
 
 
 # ----------------------------------------------------------------------------- report
+def short(text: str) -> str:
+    """The table's words for a failure (the JSON keeps the whole line)."""
+    import re
+
+    text = compact(text)
+    if m := re.search(r"unsupported ONNX op\(s\): (.*)", text):
+        return "no importer: " + "; ".join(re.findall(r"(\w+) \(nodes? ", m.group(1)))
+    if m := re.search(r"target c: op (\w+) \(node '([^']*)'\) is not supported in (\w+) mode", text):
+        return f"C {m.group(3)}: no {m.group(1)} ({m.group(2)!r})"
+    if m := re.search(r"target nnb cannot express (.*)", text):
+        return f"nnb: no {m.group(1)}"
+    if text.startswith("quantize_static failed: "):
+        return text.split(" || ")[0]
+    if "ONNXRuntimeError" in text:  # quantize_static: which configs, and what onnxruntime said
+        found = re.findall(r"(\w+(?: without pre-process)?): \w+: \[ONNXRuntimeError\] : \d+ : (\w+)", text)
+        return "; ".join(f"{method} {code}" for method, code in found) or text
+    return text.split(".onnx: ", 1)[-1]
+
+
 def _cell(result: dict[str, Any], fmt: Callable[[dict[str, Any]], str]) -> str:
     if not result.get("ok"):
-        return "fails: " + result.get("reason", "?").replace("|", "/")
+        return "fails: " + short(result.get("reason", "?")).replace("|", "/")
     return fmt(result)
 
 
@@ -401,6 +433,38 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def blockers(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """op -> the 'model/target' cells it blocks, read from the one-line reasons."""
+    import re
+
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        for target in ("c_float", "qdq", "c_int8", "nnb"):
+            text = compact(r[target].get("reason", "")) if not r[target].get("ok") else ""
+            ops = re.findall(r"(\w+) \((?:nodes?|node) '", text.split("unsupported ONNX op(s): ")[-1]) \
+                if "unsupported ONNX op(s)" in text else re.findall(r"op (\w+) \(node '", text)
+            if "cannot express " in text:
+                ops = [o.strip() for o in text.split("cannot express ")[1].split(",")]
+            for op in ops:
+                found.setdefault(op, []).append(f"{r['model']}/{target}")
+    return found
+
+
+NOTES = """
+How to read it: each model is compiled as its package ships it, with `--input-shape` (column 2);
+`fails:` is qcc's own one-line error (it names the op and the node), so a row says what blocks
+that model on that target. SQNR is over all the model's outputs against onnxruntime's float run
+of the same file; the task column compares the quantized answer with the float one (same class;
+same greedy-CTC string; IoU of the text masks above 0.3; mean box IoU over the float model's 20
+best anchors above 0.25, 0 on a class change; same speech decision above 0.5). qcc's int8 is
+its best of minmax / percentile 99.99 / percentile 99.999 / entropy / mse, quantize_static's the
+best of MinMax / Entropy / Percentile (QDQ, per channel, uint8 activations; with
+`quant_pre_process` first as documented, and again without it where the pre-processed model is
+invalid). Both QDQ files run in onnxruntime with all optimizations (its integer kernels).
+Re-run after new ops land: `bench/corpus.py` (the archives stay in the cache).
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", help="comma-separated keys (default: all): " + ",".join(m.key for m in MODELS))
@@ -409,15 +473,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--record", type=Path, help="replace the corpus section of this markdown file")
     parser.add_argument("--fetch-only", action="store_true", help="download the archives and stop")
+    parser.add_argument("--table-from", type=Path, help="render (and --record) a --json file without running")
     parser.add_argument("--update", type=Path, help="a --json file of an earlier run: the models run now replace "
                                                     "their rows, the table shows them all")
     args = parser.parse_args()
     chosen = [m for m in MODELS if not args.models or m.key in args.models.split(",")]
-    for pkg in (*PACKAGES, IMAGES):
-        archive(pkg)
+    if args.table_from:
+        chosen = []
+    else:
+        for pkg in (*PACKAGES, IMAGES):
+            archive(pkg)
     if args.fetch_only:
         return
-    rows = []
+    rows = json.loads(args.table_from.read_text()) if args.table_from else []
     for model in chosen:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"{model.key}:", file=sys.stderr, flush=True)
@@ -433,8 +501,11 @@ def main() -> None:
     if args.record:
         from bench.doc_section import replace_section
 
+        blocked = "".join(f"- `{op}`: {', '.join(cells)}\n" for op, cells in sorted(blockers(rows).items()))
         body = (f"{HEADING}\n\nMeasured by `bench/corpus.py --calib {args.calib} --eval {args.eval}` "
-                f"(onnxruntime {_version('onnxruntime')}, gcc -O2); see the notes below the table.\n\n{table}")
+                f"(onnxruntime {_version('onnxruntime')}, gcc -O2; {len(rows)} models from "
+                f"{len({r['package'] for r in rows})} packages).\n{NOTES}\n{table}\n"
+                f"What blocks which model and target (op: model/target):\n\n{blocked}")
         replace_section(HEADING, body, args.record)
 
 

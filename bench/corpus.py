@@ -399,8 +399,8 @@ def short(text: str) -> str:
         return f"C {m.group(3)}: no {m.group(1)} ({m.group(2)!r})"
     if m := re.search(r"target nnb cannot express (.*)", text):
         return f"nnb: no {m.group(1)}"
-    if text.startswith("quantize_static failed: "):
-        return text.split(" || ")[0]
+    if "quantize_static failed: " in text:
+        return text.split("quantize_static failed: ")[1].split(" || ")[0]
     if "ONNXRuntimeError" in text:  # quantize_static: which configs, and what onnxruntime said
         found = re.findall(r"(\w+(?: without pre-process)?): \w+: \[ONNXRuntimeError\] : \d+ : (\w+)", text)
         return "; ".join(f"{method} {code}" for method, code in found) or text

@@ -270,7 +270,7 @@ def compact(text: str) -> str:
     if "cannot express " in text:  # each op once, not each node; not the list of what it can
         head, _, tail = text.partition("cannot express ")
         ops = sorted(set(re.findall(r"(\w+) \('", tail.split(";")[0])))
-        text = f"{head}cannot express {', '.join(ops)}"
+        text = f"{head}cannot express {', '.join(ops) or tail}"
     return text[:260]
 
 
@@ -284,13 +284,17 @@ def attempt(row: dict[str, Any], key: str, fn: Callable[[], dict[str, Any]]) -> 
     row[key]["seconds"] = round(time.perf_counter() - start, 1)
 
 
-def run_model(model: CorpusModel, n_calib: int, n_eval: int, work: Path) -> dict[str, Any]:
+STEPS = ("c_float", "qdq", "c_int8", "nnb", "ort")
+
+
+def run_model(model: CorpusModel, n_calib: int, n_eval: int, work: Path, steps: tuple[str, ...] = STEPS
+              ) -> dict[str, Any]:
     """Fetch, make the inputs, evaluate (see `evaluate`)."""
     skwheel = archive(IMAGES)
     path = model_file(model)
     calib = samples(model, path, n_calib, 0, skwheel)
     feeds = samples(model, path, n_eval, 1000, skwheel)
-    return evaluate(model, path, calib, feeds, work)
+    return evaluate(model, path, calib, feeds, work, steps=steps)
 
 
 QCC_METHODS = ("minmax", "percentile", "percentile-99.999", "entropy", "mse")
@@ -308,7 +312,7 @@ ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 
 def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds: dict[str, np.ndarray],
              work: Path, qcc_methods: tuple[str, ...] = QCC_METHODS,
-             ort_methods: tuple[str, ...] = ORT_METHODS) -> dict[str, Any]:
+             ort_methods: tuple[str, ...] = ORT_METHODS, steps: tuple[str, ...] = STEPS) -> dict[str, Any]:
     """One table row: every target and quantize_static on `path`, each a result or a one-line reason."""
     import qcc
     from qcc.sim.affine_int import run_affine_int
@@ -357,20 +361,23 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
     def ort() -> dict[str, Any]:
         results, failures = [], []
         batch = model.shapes[next(iter(model.shapes))][0]
+        feeds_list = [per_sample(calib, model, i) for i in range(count_of(calib, model))]
         for method in ort_methods:
-            for preprocess in (True, False):  # as documented (quant_pre_process first), else without it
-                out = work / f"ort_{method}_{preprocess}.onnx"
+            # as documented (quant_pre_process first), else without it; per tensor when per-channel
+            # fails (quantize_static writes per-axis DequantizeLinear, invalid below opset 13)
+            for per_channel, preprocess in ((True, True), (True, False), (False, True), (False, False)):
+                label = method + ("" if per_channel else " per-tensor") + ("" if preprocess else " no-preprocess")
+                out = work / f"ort_{method}_{per_channel}_{preprocess}.onnx"
                 try:
-                    feeds_list = [per_sample(calib, model, i) for i in range(count_of(calib, model))]
                     with contextlib.redirect_stdout(sys.stderr):  # its calibrators print progress
                         quantize_static(path, out, feeds_list if len(model.shapes) > 1 else calib, method=method,
-                                        per_channel=True, batch_size=batch, preprocess=preprocess)
+                                        per_channel=per_channel, batch_size=batch, preprocess=preprocess)
                     got = flat(ort_outputs(out, feeds, model))
-                    results.append({"method": method + ("" if preprocess else " (no pre-process)"),
-                                    "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)})
+                    results.append({"method": label, "sqnr_db": sqnr(got, ref),
+                                    "task": task_score(model, ref, got, out_shapes)})
                     break
                 except Exception as exc:
-                    failures.append(f"{method}{'' if preprocess else ' without pre-process'}: {reason(exc)}")
+                    failures.append(f"{label}: {reason(exc)}")
         if not results:  # every config failed: what each one raised, in a word, then in full
             summary = []
             for failure in failures:
@@ -382,6 +389,8 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
         return {**best, "failures": failures}
 
     for key, fn in (("c_float", c_float), ("qdq", qdq), ("c_int8", c_int8), ("nnb", nnb), ("ort", ort)):
+        if key not in steps:
+            continue
         attempt(row, key, fn)
         print(f"  {model.key} {key}: {row[key]}", file=sys.stderr, flush=True)
     return row
@@ -458,9 +467,11 @@ of the same file; the task column compares the quantized answer with the float o
 same greedy-CTC string; IoU of the text masks above 0.3; mean box IoU over the float model's 20
 best anchors above 0.25, 0 on a class change; same speech decision above 0.5). qcc's int8 is
 its best of minmax / percentile 99.99 / percentile 99.999 / entropy / mse, quantize_static's the
-best of MinMax / Entropy / Percentile (QDQ, per channel, uint8 activations; with
-`quant_pre_process` first as documented, and again without it where the pre-processed model is
-invalid). Both QDQ files run in onnxruntime with all optimizations (its integer kernels).
+best of MinMax / Entropy / Percentile (QDQ, uint8 activations, per channel; with
+`quant_pre_process` first as documented, again without it where the pre-processed model is
+invalid, and per tensor where per-channel fails: quantize_static writes per-axis
+DequantizeLinear, which is invalid below opset 13). Both QDQ files run in onnxruntime with all
+optimizations (its integer kernels).
 Re-run after new ops land: `bench/corpus.py` (the archives stay in the cache).
 """
 
@@ -473,6 +484,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--record", type=Path, help="replace the corpus section of this markdown file")
     parser.add_argument("--fetch-only", action="store_true", help="download the archives and stop")
+    parser.add_argument("--steps", default=",".join(STEPS), help="which columns to measure (default: all)")
     parser.add_argument("--table-from", type=Path, help="render (and --record) a --json file without running")
     parser.add_argument("--update", type=Path, help="a --json file of an earlier run: the models run now replace "
                                                     "their rows, the table shows them all")
@@ -489,11 +501,11 @@ def main() -> None:
     for model in chosen:
         with tempfile.TemporaryDirectory() as tmp:
             print(f"{model.key}:", file=sys.stderr, flush=True)
-            rows.append(run_model(model, args.calib, args.eval, Path(tmp)))
+            rows.append(run_model(model, args.calib, args.eval, Path(tmp), tuple(args.steps.split(","))))
     if args.update:
         fresh = {r["model"]: r for r in rows}
         old = json.loads(args.update.read_text())
-        rows = [fresh.pop(r["model"], r) for r in old] + list(fresh.values())
+        rows = [{**r, **fresh.pop(r["model"], {})} for r in old] + list(fresh.values())
     table = markdown(rows)
     print(table)
     if args.json:

@@ -317,6 +317,9 @@ class TorchCtx:
             self._main = node
         return node
 
+    def split(self, x: Value, axis: int, sizes: list[int], part: str) -> list[Value]:
+        return list(self.emit_node("Split", [x], {"axis": axis, "split": sizes}, part=part).outputs)
+
     def begin(self, site: Site, op: str) -> None:
         self.site, self.op = site, op
         self._created, self._main = [], None

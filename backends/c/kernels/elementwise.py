@@ -36,7 +36,7 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Tanh": ("r = qcc_tanhf(v);", (), ("tanhf",)),
     "HardSigmoid": ("r = v * alpha;\n        r = r + beta;\n        r = r < 0.0f ? 0.0f : r;\n"
                     "        r = r > 1.0f ? 1.0f : r;", ("alpha", "beta"), ()),
-    "HardSwish": ("r = v / 6.0f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
+    "HardSwish": ("r = v * 0x1.555556p-3f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
                   "        r = r > 1.0f ? 1.0f : r;\n        r = v * r;", (), ()),
     "Silu": ("r = v / (1.0f + qcc_expf(-v));", (), ("expf",)),
     "Elu": ("r = v > 0.0f ? v : alpha * (qcc_expf(v) - 1.0f);", ("alpha",), ("expf",)),
@@ -45,6 +45,8 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Neg": ("r = -v;", (), ()),
     "Reciprocal": ("r = 1.0f / v;", (), ()),
     "Softplus": ("r = (v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v));", (), ("expf",)),
+    "Mish": ("r = v * qcc_tanhf((v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v)));", (),
+             ("expf", "tanhf")),
 }
 
 
@@ -68,7 +70,7 @@ def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
 
 
 BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",
-              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv"}
+              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv", "PRelu": "av < 0.0f ? av * bv : av"}
 
 
 def binary(ks: KernelSet, op: str, t: CType) -> str:

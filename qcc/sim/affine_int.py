@@ -49,7 +49,7 @@ from qcc.ir.types import Affine
 from qcc.quant.numerics import AFFINE_DTYPES, quantize_affine
 from qcc.sim import f32
 from qcc.sim.engine import NodeKernel, Runner
-from qcc.sim.fixed import batchnorm_params, exp_f32, quantize_param
+from qcc.sim.fixed import batchnorm_params, exp_f32, param_values, quantize_param
 
 F32 = np.float32
 ACT_DTYPES = ("int8", "uint8")
@@ -252,22 +252,6 @@ def layer_ints(node: Node) -> LayerInts:
                      np.array([p[1] for p in pairs], dtype=np.int64))
 
 
-def param_float(value: Value) -> np.ndarray:
-    """A constant's real values as float32 (an affine one dequantized from its stored integers)."""
-    assert value.const is not None
-    quant = affine_of(value)
-    if quant is None:
-        return np.asarray(value.const, dtype=F32)
-    stored = store_param(value).astype(np.float64)
-    scale = np.asarray(quant.scale, dtype=F32).astype(np.float64)
-    zp = np.asarray(quant.zero_point, dtype=np.float64)
-    if quant.axis is not None:
-        shape = [1] * stored.ndim
-        shape[quant.axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
-    return ((stored - zp) * scale).astype(F32)
-
-
 def prelu_params(node: Node) -> tuple[int, int, np.ndarray, np.ndarray]:
     """(m, s) for x >= 0 and signed multipliers/shifts per slope element for x < 0."""
     x, slope, y = node.input(0), node.input(1), node.outputs[0]
@@ -275,8 +259,8 @@ def prelu_params(node: Node) -> tuple[int, int, np.ndarray, np.ndarray]:
         raise UnsupportedError(f"affine integer mode: node {node.name!r} (PRelu) needs a constant slope")
     m_pos, s_pos = pass_params(x, y)
     ratio = act(x)[0] / act(y)[0]
-    pairs = [requant_params(abs(float(a)) * ratio) for a in param_float(slope).reshape(-1)]
-    signs = np.where(param_float(slope).reshape(-1) < 0, -1, 1)
+    pairs = [requant_params(abs(float(a)) * ratio) for a in param_values(slope).reshape(-1)]
+    signs = np.where(param_values(slope).reshape(-1) < 0, -1, 1)
     return (m_pos, s_pos, np.array([p[0] for p in pairs], dtype=np.int64) * signs,
             np.array([p[1] for p in pairs], dtype=np.int64))
 
@@ -456,7 +440,7 @@ def float_island(compute: Any) -> NodeKernel:
 
     def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
         x = dequantize(args[0], node.input(0))
-        params = [param_float(v) if v is not None and v.const is not None else None for v in node.inputs[1:]]
+        params = [param_values(v) if v is not None and v.const is not None else None for v in node.inputs[1:]]
         return [quantize_input(compute(node, x, *params), node.outputs[0])]
 
     return kernel

@@ -511,6 +511,12 @@ def dequantize_stored(value: Value, array: np.ndarray) -> np.ndarray:
     return to_float(array, fixed.frac) if fixed is not None else np.asarray(array)
 
 
+def param_values(value: Value) -> np.ndarray:
+    """A parameter as float kernels read it in every mode: the values its annotation stores
+    (a fixed-point one dequantized), float32."""
+    return np.asarray(dequantize_stored(value, quantize_param(value)), dtype=F32)
+
+
 def run_fixed(model: Model, feeds: dict[str, np.ndarray], **kwargs: Any) -> dict[str, np.ndarray]:
     """Run once with the integer kernels; float32 outputs by name (kwargs: kernels, observer)."""
     return FixedRunner(model, **kwargs).run(feeds)

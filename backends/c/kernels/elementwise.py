@@ -159,3 +159,24 @@ def binary_affine(ks: KernelSet, op: str, a: CType, b: CType, y: CType) -> str:
     helpers = ("bcast", "requant") + (("minmax",) if op in ("Max", "Min") else ())
     params = f"const {a.name} *a, const {b.name} *b, {y.name} *y, long n, const qcc_bcast_t *p, {extra}"
     return ks.kernel(name, lambda: _broadcasting(name, params, "int32_t", expr), helpers)
+
+
+def prelu_affine(ks: KernelSet, x: CType, y: CType) -> str:
+    """qcc.sim.affine_int.prelu_kernel: the slope element of x[i] is found by walking the
+    broadcast (p is never NULL); mn/sn are per slope element, signed multipliers."""
+    name = f"qcc_prelu_{x.suffix}_{y.suffix}"
+    params = (f"const {x.name} *x, {y.name} *y, long n, const qcc_bcast_t *p, const int32_t *mn, const int32_t *sn, "
+              "int32_t zx, int32_t mp, int sp, int32_t zy")
+    return ks.kernel(name, lambda: f"""
+static void {name}({params})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    for (i = 0; i < n; ++i) {{
+        const int64_t c = (int64_t)x[i] - zx;
+        y[i] = ({y.name})(c < 0 ? qcc_requant(c, mn[ib], sn[ib], zy, {y.lo}, {y.hi})
+                                : qcc_requant(c, mp, sp, zy, {y.lo}, {y.hi}));
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", ("bcast", "requant"))

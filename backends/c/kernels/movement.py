@@ -134,3 +134,37 @@ static void {name}(const {x.name} *q, float *y, long n, float scale, int32_t zp)
     }}
 }}
 """)
+
+
+def indices_out(ks: KernelSet) -> str:
+    """Element indices (ArgMax, TopK) leave the arena as float values (exact below 2**24)."""
+    return ks.kernel("qcc_indices_out", lambda: """
+static void qcc_indices_out(const int32_t *q, float *y, long n)
+{
+    long i;
+    for (i = 0; i < n; ++i) {
+        y[i] = (float)q[i];
+    }
+}
+""")
+
+
+def gather(ks: KernelSet, x: CType, y: CType) -> str:
+    """y[o][t][i] = x[o][index[t]][i]: constant indices along one axis (Gather, nearest Resize rows)."""
+    name = f"qcc_gather_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[(o * axis + index[t]) * inner + i]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", "long count",
+              "const int32_t *index", *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long o, t, i;
+    for (o = 0; o < outer; ++o) {{
+        for (t = 0; t < count; ++t) {{
+            for (i = 0; i < inner; ++i) {{
+                y[(o * count + t) * inner + i] = {value};
+            }}
+        }}
+    }}
+}}
+""", helpers)

@@ -33,6 +33,8 @@ class Generated:
     mode: str
     layout: Layout
     arena_bytes: int
+    float_islands: tuple[dict[str, str], ...] = ()
+    """Nodes an integer mode computes in float32 between its stored tensors (report lines)."""
 
 
 def generate(model: Model, name: str) -> Generated:
@@ -54,7 +56,10 @@ def generate(model: Model, name: str) -> Generated:
         "main.c": MAIN.replace("NAME", ident).replace("UPPER", ident.upper()),
         "Makefile": MAKEFILE.replace("NAME", ident),
     }
-    return Generated(files, ident, lw.mode.name, lay, lay.plan.total)
+    islands = tuple({"node": s.node.name, "op": s.node.op, "reason": f"computed in float32 between "
+                     f"{lw.mode.name} tensors (dequantized, float32 kernel, quantized)"}
+                    for s in lw.steps if lw.mode.computes_in_float(s.node))
+    return Generated(files, ident, lw.mode.name, lay, lay.plan.total, islands)
 
 
 def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:

@@ -166,6 +166,11 @@ class NumericMode:
         tables and copies). Only meaningful for the integer modes."""
         return frozenset()
 
+    def computes_in_float(self, node: Node) -> bool:
+        """The node is a float island: an integer mode computes it in float32 between its stored
+        tensors (the compile report lists each one)."""
+        return self.integer and node.op in self.float_ops()
+
 
 class Lowering:
     """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""

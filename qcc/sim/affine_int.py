@@ -26,7 +26,7 @@ exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit fo
   quantized per tensor): int32 sums of (qa - za) * (qb - zb), requantized by sa * sb / sy.
 - ReduceSum/ReduceMean: the sum of (q - zx), requantized by sx / sy (/ count); ReduceMax: the
   largest stored value, requantized. ArgMax/TopK compare stored values (ties: the lower index).
-- Gather, DepthToSpace, SpaceToDepth, nearest Resize move stored values (requantized).
+- Gather, DepthToSpace, SpaceToDepth, nearest Resize, Slice and Split move stored values (requantized).
 - Softmax, BatchNorm, LayerNorm, GroupNorm, InstanceNorm, linear Resize and ReduceL2: dequantize
   to float32, compute in a fixed float32 operation order (`qcc.sim.f32`; exp is the double result
   rounded once), quantize like a graph input: float islands between int8 tensors.
@@ -387,6 +387,13 @@ def view_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     return [requantize(centered(x, np.asarray(moved)), *pass_params(x, y), y)]
 
 
+def split_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Split: the reference kernel moves the integers, each part is requantized to its output."""
+    x = node.input(0)
+    parts = get_schema(node.op).kernel(node, [args[0]])
+    return [requantize(centered(x, p), *pass_params(x, y), y) for p, y in zip(parts, node.outputs)]
+
+
 def concat_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     y = node.outputs[0]
     parts = [requantize(centered(v, q), *pass_params(v, y), y) for v, q in zip(node.inputs, args)
@@ -493,7 +500,8 @@ INTEGER_KERNELS: dict[str, NodeKernel] = {
     "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Quantize": view_kernel, "Transpose": view_kernel,
     "PRelu": prelu_kernel, "MatMul": matmul_kernel, "ReduceSum": reduce_kernel, "ReduceMean": reduce_kernel,
     "ReduceMax": reduce_kernel, "ArgMax": argmax_kernel, "TopK": topk_kernel, "Gather": view_kernel,
-    "DepthToSpace": view_kernel, "SpaceToDepth": view_kernel, "Resize": resize_kernel,
+    "DepthToSpace": view_kernel, "SpaceToDepth": view_kernel, "Resize": resize_kernel, "Slice": view_kernel,
+    "Split": split_kernel,
     "LayerNorm": float_island(f32.layernorm), "GroupNorm": float_island(f32.groupnorm),
     "InstanceNorm": float_island(f32.groupnorm), "ReduceL2": float_island(f32.reduce),
 }

@@ -45,6 +45,14 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Neg": ("r = -v;", (), ()),
     "Reciprocal": ("r = 1.0f / v;", (), ()),
     "Softplus": ("r = (v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v));", (), ("expf",)),
+    "Erf": ("r = (float)erf((double)v);", (), ("libm",)),
+    "Log": ("r = (float)log((double)v);", (), ("libm",)),
+    "Sqrt": ("r = (float)sqrt((double)v);", (), ("libm",)),
+    "Gelu": ("if (form > 0.5f) {\n            float t = v * v;\n            t = t * v;\n            t = t * 0.044715f;\n"
+             "            t = v + t;\n            t = t * 0.797884561f;\n            t = qcc_tanhf(t);\n"
+             "            t = t + 1.0f;\n            t = t * 0.5f;\n            r = v * t;\n        } else {\n"
+             "            float t = v * 0.707106781f;\n            t = (float)erf((double)t);\n            t = t + 1.0f;\n"
+             "            t = t * 0.5f;\n            r = v * t;\n        }", ("form",), ("tanhf", "libm")),
     "Mish": ("r = v * qcc_tanhf((v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v)));", (),
              ("expf", "tanhf")),
 }

@@ -168,3 +168,34 @@ def gather(ks: KernelSet, x: CType, y: CType) -> str:
     }}
 }}
 """, helpers)
+
+
+def strided(ks: KernelSet, x: CType, y: CType) -> str:
+    """y in order from x at `start` plus the output index times the per-axis input strides of p
+    (Slice, one part of a Split; a stride may be negative)."""
+    name = f"qcc_strided_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[src]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", "long start", *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long total = 1;
+    long i, src = start;
+    int d;
+    for (d = 0; d < p->rank; ++d) {{
+        total *= p->shape[d];
+    }}
+    for (i = 0; i < total; ++i) {{
+        y[i] = {value};
+        for (d = p->rank - 1; d >= 0; --d) {{
+            src += p->stride[d];
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            src -= p->stride[d] * p->shape[d];
+            idx[d] = 0;
+        }}
+    }}
+}}
+""", ("perm", *helpers))

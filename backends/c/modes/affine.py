@@ -189,6 +189,9 @@ class AffineMode(NumericMode):
     def float_ops(self) -> frozenset[str]:
         return FLOAT_ISLANDS  # dequantize, compute in float32, requantize
 
+    def computes_in_float(self, node: Node) -> bool:
+        return node.op in FLOAT_ISLANDS and not (node.op == "Resize" and node.attrs["mode"] == "nearest")
+
     def claims(self, acts: Sequence[Value]) -> bool:
         return any(isinstance(v.quant, Affine) for v in acts)
 

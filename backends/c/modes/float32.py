@@ -87,7 +87,8 @@ def _matmul(lw: Lowering, node: Node) -> Step:
 LAYERS: dict[str, LowerFn] = {
     "LayerNorm": shared.layernorm, "GroupNorm": shared.groupnorm, "InstanceNorm": shared.groupnorm,
     "Resize": shared.resize, "DepthToSpace": shared.block_move, "SpaceToDepth": shared.block_move,
-    "Gather": shared.gather, "ArgMax": shared.argmax, "TopK": shared.topk,
+    "Gather": shared.gather, "ArgMax": shared.argmax, "TopK": shared.topk, "Slice": shared.slice_,
+    "Split": shared.split,
     **{op: shared.reduce_float for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceL2")},
 }
 """Lowerings every numeric mode shares (float islands with the mode's getter/setter, moves with

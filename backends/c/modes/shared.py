@@ -28,7 +28,9 @@ def unary(lw: Lowering, node: Node) -> Step:
     cx, cy = lw.ctype(x), lw.ctype(y)
     extra = []
     for key in KE.UNARY[node.op][1]:
-        if node.op == "Clip":
+        if node.op == "Gelu":
+            extra.append("1.0f" if node.attrs["approximate"] == "tanh" else "0.0f")
+        elif node.op == "Clip":
             bound = node.attrs["min" if key == "lo" else "max"]
             if bound is None:
                 lw.kernels.uses_math = True
@@ -259,3 +261,44 @@ def matmul_args(lw: Lowering, node: Node) -> list[Arg]:
               for off, w in zip(offsets, "ab"))
     return [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(count), ao, bo, str(sa[-2]), str(sa[-1]),
             str(sb[-1])]
+
+
+def _strided_copy(lw: Lowering, node: Node, y_index: int, slices: list[slice]) -> Call:
+    """The call copying x[slices] into output `y_index` (requantized like any move)."""
+    x, y = node.input(0), node.outputs[y_index]
+    xs = static_shape(x)
+    if len(xs) > MAX_RANK:
+        raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
+    strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
+    start, shape, steps = 0, [], []
+    for size, stride, s in zip(xs, strides, slices):
+        first, stop, step = s.indices(size)
+        shape.append(len(range(first, stop, step)))
+        steps.append(stride * step)
+        start += first * stride
+    pad = [0] * (MAX_RANK - len(xs))
+    fields: list[int | list[int]] = [len(xs), [*shape, *pad], [*steps, *pad]]
+    params = lw.struct("qcc_perm_t", f"qcc_p_{y.name}", fields)
+    fn = KM.strided(lw.kernels, lw.ctype(x), lw.ctype(y))
+    return Call(fn, (lw.operand(x, node), Ptr(y), params, str(start), *lw.mode.copy_args(lw, node, x, y)))
+
+
+def slice_(lw: Lowering, node: Node) -> Step:
+    x = node.input(0)
+    slices = [slice(None)] * x.type.rank
+    steps = node.attrs["steps"] or [1] * len(node.attrs["axes"])
+    for first, last, axis, step in zip(node.attrs["starts"], node.attrs["ends"], node.attrs["axes"], steps):
+        slices[axis % x.type.rank] = slice(first, last, step)
+    return Step(node, [_strided_copy(lw, node, 0, slices)])
+
+
+def split(lw: Lowering, node: Node) -> Step:
+    x = node.input(0)
+    axis = node.attrs["axis"] % x.type.rank
+    calls, offset = [], 0
+    for i, size in enumerate(node.attrs["split"]):
+        slices = [slice(None)] * x.type.rank
+        slices[axis] = slice(offset, offset + size)
+        calls.append(_strided_copy(lw, node, i, slices))
+        offset += size
+    return Step(node, calls)

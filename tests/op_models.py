@@ -28,7 +28,6 @@ BUILDERS: dict[str, Build] = {
     "Conv": lambda g, x, c: g.add("Conv", x, c("w", 4, 4, 3, 3), c("b", 4), pads=[1, 1, 1, 1]),
     "ConvTranspose": lambda g, x, c: g.add("ConvTranspose", x, c("w", 4, 4, 3, 3), c("b", 4)),
     "Dense": lambda g, x, c: g.add("Dense", g.add("Flatten", x), c("w", 256, 10), c("b", 10)),
-    "MatMul": lambda g, x, c: g.add("MatMul", g.add("Flatten", x), c("w", 256, 10)),
     "BatchNorm": lambda g, x, c: g.add("BatchNorm", x, *(c(k, 4, low=0.5) for k in ("s", "b", "m", "v"))),
     "MaxPool": lambda g, x, c: g.add("MaxPool", x, kernel=[2, 2], strides=[2, 2]),
     "AvgPool": lambda g, x, c: g.add("AvgPool", x, kernel=[2, 2], strides=[2, 2]),

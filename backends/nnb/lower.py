@@ -13,6 +13,7 @@ qcc-chosen parameter types match before lowering.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -657,3 +658,5 @@ def _reduce(lw: Lowerer, node: Node) -> None:
 for _direct in nf.DIRECT:  # ops without a handler of their own: their function, if the runtime has it
     if _direct.op not in LOWERINGS and _direct.function in RUNTIME_IMPLEMENTED:
         LOWERINGS[_direct.op] = _unary(_direct.function, **_direct.args)
+
+importlib.import_module("qcc.backends.nnb.lower_layers")  # it adds its lowerings to LOWERINGS

@@ -127,3 +127,34 @@ def _shape_like(node: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     if node.attrs["keepdims"]:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _kernel(op: str, attrs: dict[str, Any], xs: list[np.ndarray], out_shape: tuple[int, ...]) -> np.ndarray:
+    """One reference kernel on float32 arrays, for a node that exists only here."""
+    from types import SimpleNamespace
+
+    from qcc.ir.registry import get_schema
+    from qcc.ir.types import TensorType
+
+    schema = get_schema(op)
+    node = SimpleNamespace(op=op, attrs=schema.complete_attrs(attrs, op),
+                           outputs=[SimpleNamespace(type=TensorType("float32", out_shape))])
+    return np.asarray(schema.kernel(node, xs)[0], dtype=F32)
+
+
+def lrn(node: Any, x: np.ndarray) -> np.ndarray:
+    """LRN as the .nnb functions compute it (backends/nnb/lower_layers.py): x * x, the channel
+    window sum (a SumPooling of the (N, 1, C, H*W) view), * alpha / size, + bias, ** beta, then
+    x / that: each step the reference kernel of its op in float32."""
+    a = node.attrs
+    n, c, h, w = x.shape
+    size = int(a["size"])
+    lo = (size - 1) // 2
+    x = np.asarray(x, F32)
+    planes = (x * x).reshape(n, 1, c, h * w)
+    sums = _kernel("SumPool", {"kernel": [size, 1], "strides": [1, 1], "pads": [lo, 0, size - 1 - lo, 0]}, [planes],
+                   (n, 1, c, h * w)).reshape(x.shape)
+    d = sums * F32(a["alpha"] / size)
+    d = d + F32(a["bias"])
+    d = np.power(d, np.full((1, 1, 1, 1), a["beta"], F32))
+    return np.asarray(x / d, dtype=F32)

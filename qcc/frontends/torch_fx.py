@@ -56,7 +56,7 @@ def converts(*keys: str, emits: Emits, keep_whole: bool = False) -> Callable[[Co
 
 
 def _load_converters() -> None:
-    for module in ("qcc.frontends.torch_aten", "qcc.frontends.torch_lstm"):  # they register converters
+    for module in ("qcc.frontends.torch_aten", "qcc.frontends.torch_lstm", "qcc.frontends.torch_layers"):
         importlib.import_module(module)
 
 

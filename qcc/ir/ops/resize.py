@@ -98,7 +98,7 @@ def plans(node: Any) -> list[AxisPlan | None]:
             out.append(None)  # unchanged (ONNX Runtime copies such an axis whatever the coordinate mode)
             continue
         plan = axis_plan(size_in, size_out, scale, node.attrs)
-        out.append(None if plan.identity else plan)
+        out.append(None if plan.identity and size_in == size_out else plan)
     return out
 
 

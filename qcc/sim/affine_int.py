@@ -41,13 +41,13 @@ from typing import Any
 import attrs
 import numpy as np
 
+import qcc.sim.f32 as f32
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops.nn import conv2d, pool_windows
 from qcc.ir.registry import get_schema, op_has
 from qcc.ir.types import Affine
 from qcc.quant.numerics import AFFINE_DTYPES, quantize_affine
-from qcc.sim import f32
 from qcc.sim.engine import NodeKernel, Runner
 from qcc.sim.fixed import batchnorm_params, exp_f32, param_values, quantize_param
 

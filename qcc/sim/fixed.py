@@ -439,9 +439,9 @@ def concat_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 @_unary
 def lrn_f32(node: Node, v: np.ndarray) -> np.ndarray:
     """The .nnb functions' LRN (qcc.sim.f32.lrn): x * x, window sum, scale, bias, power, x / that."""
-    from qcc.sim import f32
+    from qcc.sim.f32 import lrn
 
-    return f32.lrn(node, v)
+    return lrn(node, v)
 
 
 @_unary

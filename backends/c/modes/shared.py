@@ -14,11 +14,11 @@ from qcc.backends.c.kernels import resize as KR
 from qcc.backends.c.lower import MAX_RANK, Arg, Call, Lowering, Ptr, Step, numel, static_shape
 from qcc.backends.c.params import float_literal, perm_params
 
+import qcc.sim.f32 as f32
 from qcc.ir.core import Node
 from qcc.ir.ops.indexing import gather_indices
 from qcc.ir.ops.normalization import groups_of
 from qcc.ir.ops.tensor import block_transpose
-from qcc.sim import f32
 from qcc.sim import fixed as fx
 
 

@@ -7,7 +7,7 @@ qcc.sim.affine_int) and for onnx-qdq (SQNR of the logits against torch). The tes
 same models at small input sizes (tests/test_torchvision17.py); this is the full-size run.
 
 Run: .venv/bin/python bench/bench_torchvision17.py [--models mobilenet_v3_large,efficientnet_b0,...]
-     [--samples 4] [--no-write]
+     [--samples 4] [--int8-samples 32] [--no-write]
 Results are printed and written to docs/benchmarks.md under "## torchvision models (issue 17)".
 """
 
@@ -104,7 +104,8 @@ def vit_int8(samples: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(models()))
-    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4, help="random inputs per full-size model")
+    parser.add_argument("--int8-samples", type=int, default=32, help="evaluation inputs of the int8 ViT")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     table = models()
@@ -121,8 +122,8 @@ def main() -> None:
         print(row, flush=True)
         lines.append(row)
     lines += ["", "Small ViT (2 layers, 2 heads, width 32, 32x32 input), 64 calibration and "
-              f"{args.samples} evaluation samples, SQNR of the logits against torch:", "",
-              "| int8 | SQNR dB | notes |", "|---|---|---|", *vit_int8(args.samples)]
+              f"{args.int8_samples} evaluation samples, SQNR of the logits against torch:", "",
+              "| int8 | SQNR dB | notes |", "|---|---|---|", *vit_int8(args.int8_samples)]
     lines += ["", f"1-minute load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
               "(other jobs share the machine).", ""]
     print("\n".join(lines[-6:]))

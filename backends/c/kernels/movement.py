@@ -39,16 +39,17 @@ def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
 """, helpers)
 
 
-def transpose(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
+def _walk(ks: KernelSet, name: str, x: CType, y: CType, start: bool) -> str:
+    """y in order, read from x at the output index times the per-axis input strides of p (plus
+    `start`, an element offset, when asked): Transpose, Slice, the parts of a Split."""
     value, helpers, extra = convert(x, y, "x[src]")
-    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *extra]
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *(["long start"] if start else []), *extra]
     return ks.kernel(name, lambda: f"""
 {signature(name, params)}
 {{
     long idx[QCC_MAX_RANK] = {{0}};
     long total = 1;
-    long i, src = 0;
+    long i, src = {"start" if start else "0"};
     int d;
     for (d = 0; d < p->rank; ++d) {{
         total *= p->shape[d];
@@ -66,6 +67,15 @@ def transpose(ks: KernelSet, x: CType, y: CType) -> str:
     }}
 }}
 """, ("perm", *helpers))
+
+
+def transpose(ks: KernelSet, x: CType, y: CType) -> str:
+    return _walk(ks, f"qcc_transpose_{x.suffix}_{y.suffix}", x, y, start=False)
+
+
+def strided(ks: KernelSet, x: CType, y: CType) -> str:
+    """From element `start` of x with per-axis strides that may be negative (Slice, a Split part)."""
+    return _walk(ks, f"qcc_strided_{x.suffix}_{y.suffix}", x, y, start=True)
 
 
 def quantize_input(ks: KernelSet, y: CType) -> str:
@@ -169,33 +179,3 @@ def gather(ks: KernelSet, x: CType, y: CType) -> str:
 }}
 """, helpers)
 
-
-def strided(ks: KernelSet, x: CType, y: CType) -> str:
-    """y in order from x at `start` plus the output index times the per-axis input strides of p
-    (Slice, one part of a Split; a stride may be negative)."""
-    name = f"qcc_strided_{x.suffix}_{y.suffix}"
-    value, helpers, extra = convert(x, y, "x[src]")
-    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", "long start", *extra]
-    return ks.kernel(name, lambda: f"""
-{signature(name, params)}
-{{
-    long idx[QCC_MAX_RANK] = {{0}};
-    long total = 1;
-    long i, src = start;
-    int d;
-    for (d = 0; d < p->rank; ++d) {{
-        total *= p->shape[d];
-    }}
-    for (i = 0; i < total; ++i) {{
-        y[i] = {value};
-        for (d = p->rank - 1; d >= 0; --d) {{
-            src += p->stride[d];
-            if (++idx[d] < p->shape[d]) {{
-                break;
-            }}
-            src -= p->stride[d] * p->shape[d];
-            idx[d] = 0;
-        }}
-    }}
-}}
-""", ("perm", *helpers))

@@ -147,13 +147,16 @@ def test_nnb_file_computes_what_the_model_does(tmp_path: Path, op: str, scheme: 
 
 
 @needs_gcc
-def test_c_fixed_hardswish(tmp_path: Path) -> None:
+@pytest.mark.parametrize("op", ["HardSwish", "PRelu"])
+def test_c_fixed_point(tmp_path: Path, op: str) -> None:
+    """Both compute in float32 between the runtime's getter and setter (its generic path; PRelu
+    is nnabla-c-runtime's PReLU), bit for bit what qcc.sim.fixed computes."""
     from qcc.sim.fixed import run_fixed
     from tests.op_check import c_outputs, rows
 
     x = feeds(4)
     np.savez(tmp_path / "calib.npz", **x)
-    model, _ = qcc.compile(nnb_only("HardSwish"), tmp_path / "c", target="c", quantize="fixed8",
+    model, _ = qcc.compile(nnb_only(op), tmp_path / "c", target="c", quantize="fixed8",
                            calib=str(tmp_path / "calib.npz"))
     model.graph.inputs[0].type = TensorType("float32", ("N", *SHAPE[1:]))
     got = c_outputs(model, x, tmp_path / "build")

@@ -188,3 +188,24 @@ static void {name}({params})
     }}
 }}
 """, ("bcast", "requant"))
+
+
+def prelu_generic(ks: KernelSet, x: CType, y: CType) -> str:
+    """Fixed point (the runtime's generic PReLU): v = getter(x); v < 0 ? v * slope : v; setter.
+    The slopes are float32 per slope element, walked by the broadcast (p is never NULL)."""
+    name = f"qcc_prelu_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", "const qcc_bcast_t *p", "const float *slope",
+              *scale_params(x, y)]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    for (i = 0; i < n; ++i) {{
+        const float v = {x.get("x[i]", "xinv")};
+        const float r = v < 0.0f ? v * slope[ib] : v;
+        y[i] = {y.set("r", "yscale")};
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", ("bcast", *y.setter))

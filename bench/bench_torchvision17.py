@@ -51,7 +51,7 @@ def float_row(name: str, make: Any, size: int, samples: int) -> str:
     from tests.onnx_zoo import ort_run
     from tests.test_torchvision17 import randomized, torch_output
 
-    net = randomized(make())
+    net = randomized(make)
     x = torch.randn(samples, 3, size, size, generator=torch.Generator().manual_seed(0))
     want = np.concatenate([torch_output(net, x[i:i + 1]) for i in range(samples)])
     start = time.perf_counter()

@@ -20,9 +20,11 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
 
-def randomized(net: Any) -> Any:
-    """Random weights everywhere (torchvision zero-initializes some heads): eval mode."""
+def randomized(make: Any) -> Any:
+    """`make()` with seeded random weights everywhere (torchvision zero-initializes some heads), in
+    eval mode: the same weights whatever ran before."""
     torch.manual_seed(0)
+    net = make()
     with torch.no_grad():
         for p in net.parameters():
             if not p.abs().sum():
@@ -35,18 +37,19 @@ def small_efficientnet() -> Any:
     from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
 
     settings, _ = _efficientnet_conf("efficientnet_b0", width_mult=0.5, depth_mult=0.34)
-    return randomized(EfficientNet(settings, dropout=0.2, num_classes=10))
+    return randomized(lambda: EfficientNet(settings, dropout=0.2, num_classes=10))
 
 
 def small_vit() -> Any:
-    return randomized(torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
-                                                           hidden_dim=32, mlp_dim=64, num_classes=10))
+    return randomized(lambda: torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                                   num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                                   num_classes=10))
 
 
 MODELS = {
-    "mobilenet_v3_small": (lambda: randomized(torchvision.models.mobilenet_v3_small(num_classes=10)), 64),
+    "mobilenet_v3_small": (lambda: randomized(lambda: torchvision.models.mobilenet_v3_small(num_classes=10)), 64),
     "efficientnet": (small_efficientnet, 64),
-    "lraspp_mobilenet_v3_large": (lambda: randomized(torchvision.models.segmentation.lraspp_mobilenet_v3_large(
+    "lraspp_mobilenet_v3_large": (lambda: randomized(lambda: torchvision.models.segmentation.lraspp_mobilenet_v3_large(
         weights_backbone=None, num_classes=4)), 64),
     "vit": (small_vit, 32),
 }

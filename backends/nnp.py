@@ -10,6 +10,7 @@ Quantize imported from an .nnp and left as it was -> its original function.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import zipfile
@@ -617,3 +618,5 @@ def _member(name: str, compress_type: int = zipfile.ZIP_DEFLATED) -> zipfile.Zip
     info.compress_type = compress_type
     info.external_attr = 0o644 << 16
     return info
+
+importlib.import_module("qcc.backends.nnp_layers")  # it adds its emitters to EMITTERS

@@ -63,7 +63,7 @@ _FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
 ORT_INTEGER_OPS = frozenset({
     "Conv", "Dense", "Add", "Mul", "AvgPool", "GlobalAvgPool", "SumPool", "MaxPool", "Concat", "LeakyRelu",
     "Sigmoid", "Softmax", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-    "Identity", "Dropout", "Quantize",
+    "Identity", "Dropout", "Quantize", "Resize", "DepthToSpace", "Gather", "MatMul", "ReduceMax", "ArgMax",
 })
 """IR ops ONNX Runtime (1.23, CPU) runs on integers when this backend writes them quantized, uint8
 activations (storage 'ort'): QLinear* kernels, QGemm, value moves on uint8, a Relu folded into its
@@ -329,6 +329,20 @@ class QdqWriter(OnnxWriter):
                 self.qdq(src, value.name, value.name, acts[id(value)])
 
 
+def float_islands(model: Model, low: Lowering) -> list[dict[str, str]]:
+    """Nodes ONNX Runtime computes in float between DequantizeLinear and QuantizeLinear: every
+    exported op outside ORT_INTEGER_OPS that reads or writes a quantized tensor (report lines)."""
+    quantized = set(low.activations) | set(low.constants)
+    out = []
+    for node in model.graph.nodes:
+        if node.op in ORT_INTEGER_OPS or id(node) in low.folded:
+            continue
+        if any(v is not None and id(v) in quantized for v in (*node.inputs, *node.outputs)):
+            out.append({"node": node.name, "op": node.op, "reason": "onnxruntime computes it in float between "
+                        "DequantizeLinear and QuantizeLinear (no integer kernel for this op)"})
+    return out
+
+
 def to_qdq(model: Model, storage: str = "ort") -> tuple[Any, list[dict[str, str]]]:
     """The QDQ ModelProto and the report lines for tensors left in float."""
     low = plan(model, storage)
@@ -362,7 +376,8 @@ class OnnxQdqBackend(Backend):
         """Write atomically; the tensors left in float are the report's float fallbacks."""
         proto, fallbacks = to_qdq(model, options.storage)
         atomic_write_bytes(out, proto.SerializeToString())
-        return WriteResult(tuple(fallbacks))
+        islands = float_islands(model, plan(model, options.storage))
+        return WriteResult(tuple(fallbacks), {"float_islands": islands} if islands else {})
 
 
 BACKEND = OnnxQdqBackend()

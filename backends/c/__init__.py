@@ -57,7 +57,7 @@ class CBackend(Backend):
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)
-        return WriteResult()
+        return WriteResult(summary={"float_islands": list(generated.float_islands)} if generated.float_islands else {})
 
 
 BACKEND = CBackend()

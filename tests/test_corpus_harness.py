@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.corpus import evaluate, markdown
+from bench.corpus import blockers, evaluate, markdown
 from bench.corpus_inputs import normalize
 from bench.corpus_models import CorpusModel, Package
 
@@ -87,4 +87,5 @@ def test_harness_names_the_op_that_blocks_a_model(tmp_path: Path) -> None:
     for target in ("c_float", "qdq", "c_int8", "nnb"):
         assert not row[target]["ok"] and "Hardmax" in row[target]["reason"] and "odd_one" in row[target]["reason"]
         assert "\n" not in row[target]["reason"]
-    assert "fails: UnsupportedError" in markdown([row])
+    assert markdown([row]).count("fails: no importer: Hardmax") == 4
+    assert blockers([row]) == {"Hardmax": ["tiny/c_float", "tiny/qdq", "tiny/c_int8", "tiny/nnb"]}

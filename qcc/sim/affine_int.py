@@ -550,8 +550,6 @@ def is_table_op(op: str) -> bool:
 def kernel_for(op: str) -> NodeKernel | None:
     if op in INTEGER_KERNELS:
         return INTEGER_KERNELS[op]
-    if op in SCALAR_OPERAND_OPS:
-        return scalar_operand_kernel
     if op_has(op, "view"):
         return view_kernel
     return unary_kernel if is_table_op(op) else None
@@ -577,11 +575,12 @@ class AffineRunner(Runner):
         for value in (*node.outputs, node.inputs[0]):
             if value is not None and value.const is None and not is_index(value):
                 act(value)
+        if node.op in SCALAR_OPERAND_OPS:  # by node: only with a constant scalar (not in kernel_for(op))
+            scalar_operand(node)
+            return scalar_operand_kernel
         kernel = kernel_for(node.op)
         if kernel is None:
             raise UnsupportedError(f"affine integer mode: op {node.op} (node {node.name!r}) has no integer kernel")
-        if kernel is scalar_operand_kernel:
-            scalar_operand(node)  # refused here, before any run, when input 1 is no constant scalar
         return kernel
 
     def store_param(self, value: Value) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -16,10 +17,19 @@ from qcc.errors import InternalError, QccError
 EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a command-line error is one line (`qcc: usage: ...`), not the usage text."""
+
+    def error(self, message: str) -> Any:
+        from qcc.errors import UsageError
+
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
 def _parser() -> argparse.ArgumentParser:
     from qcc.driver import METHODS, SCHEMES
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="qcc",
         description="qcc: a quantization compiler for neural networks (ONNX/.nnp/.pt2 in; "
         "ONNX, ONNX QDQ, .nnb, .nnp, C out).",
@@ -27,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"qcc {__version__}")
     _add_common(parser, False)
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     _add_common(common, argparse.SUPPRESS)  # also after the subcommand, without overriding
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -37,18 +47,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", metavar="TARGET[{OPTIONS}]",
                    help="onnx | onnx-qdq | nnb | nnp | c, with options as in 'nnb{version=2,plan=nnabla}' "
                         "(default: from the output's extension; `qcc targets` lists targets and options)")
-    c.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME",
+    c.add_argument("--quantize", default="none", metavar="SCHEME",
                    help="quantization scheme: " + ", ".join(SCHEMES))
     c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
-    c.add_argument("--method", default=None, choices=METHODS,
-                   help="activation range estimator (default: minmax; mse for fixed8)")
+    c.add_argument("--method", default=None, metavar="METHOD",
+                   help=f"activation range estimator: {', '.join(METHODS)} (default: minmax; mse for fixed8)")
     c.add_argument("--per-tensor", action="store_true", help="per-tensor (not per-channel) weight scales")
     c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
     c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
                    help="pin tensors matching PATTERN to TYPE (e.g. 'conv1*=FIXED16'); repeatable")
     c.add_argument("--passes", metavar="SPEC", help="explicit pipeline (replaces the scheme's default)")
     c.add_argument("--eval", metavar="DATA.npz", help="evaluation data (optional 'labels') for the report")
-    c.add_argument("--report", metavar="REPORT.json", help="write the compile report as JSON")
+    c.add_argument("--report", metavar="REPORT.json", help="write the compile report as JSON ('-': to stdout, "
+                   "the summary then goes to stderr)")
     c.add_argument("--network", help=".nnp network name")
     c.add_argument("--executor", help=".nnp executor name")
     c.add_argument("--batch-size", type=int, help="bind the batch dimension")
@@ -60,12 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
+    c.add_argument("--plots", metavar="DIR", help="with --eval: PNG plots into DIR (per-tensor histograms with the "
+                   "chosen range, per-layer SQNR, memory timeline); needs matplotlib (pip install qcc[plots])")
 
     i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)",
                        parents=[common])
     i.add_argument("model")
     i.add_argument("--memory", action="store_true", help="memory plan table and bounds")
-    i.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME", help="size tensors for a scheme")
+    i.add_argument("--quantize", default="none", metavar="SCHEME", help="size tensors for a scheme: " + ", ".join(SCHEMES))
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--network", help=".nnp network name")
     i.add_argument("--executor", help=".nnp executor name")
@@ -85,28 +98,47 @@ def _add_common(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--no-plugins", action="store_true", default=default,
                         help="do not load qcc.plugins entry points (also QCC_DISABLE_PLUGIN_AUTOLOAD=1)")
     parser.add_argument("--debug", action="store_true", default=default, help="show a stack trace on errors")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="print nothing but errors (no summary, no warnings, no progress bars)")
+    parser.add_argument("--progress", action="store_true", default=default,
+                        help="progress bars on stderr even when it is not a terminal (default: on a terminal)")
     parser.add_argument("--limit", action="append", default=[] if default is False else default,
                         metavar="NAME=VALUE", help="resource limit, e.g. max_tensor_elements=1e9 (docs/errors.md)")
+
+
+def progress_wanted(args: argparse.Namespace) -> bool:
+    """Bars on a terminal, or anywhere with --progress; never with -q."""
+    return not args.quiet and (args.progress or sys.stderr.isatty())
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from qcc.driver import compile as run_compile
     from qcc.summary import print_compile_summary
 
+    to_stdout = args.report == "-"  # the JSON on stdout; the human summary moves to stderr
     model, report = run_compile(
         args.model, args.output, target=args.target, passes=args.passes, quantize=args.quantize,
         calib=args.calib, method=args.method, per_tensor=args.per_tensor, settings=args.settings,
-        overrides=tuple(args.override), eval=args.eval, report=args.report, network=args.network,
-        executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version, api=args.api,
-        plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
-        dump_ir=args.dump_ir,
+        overrides=tuple(args.override), eval=args.eval, report=None if to_stdout else args.report,
+        network=args.network, executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version,
+        api=args.api, plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
+        dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots,
     )
-    print_compile_summary(model, report)
+    if not args.quiet:
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+            print_compile_summary(model, report)
+    if to_stdout:
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from qcc.driver import SCHEMES
     from qcc.inspect import inspect_path
+    from qcc.options import choice_error
+
+    if args.quantize not in SCHEMES:
+        raise choice_error("--quantize", args.quantize, SCHEMES)
 
     result = inspect_path(args.model, memory=args.memory, quantize=args.quantize, as_json=args.json,
                           network=args.network, executor=args.executor, batch_size=args.batch_size)
@@ -197,7 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except QccError as exc:  # OneLineParser: a command-line mistake is one line
+        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.command is None:
         parser.print_help()
         return 2

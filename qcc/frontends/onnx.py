@@ -697,6 +697,7 @@ def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
 class OnnxFrontend:
     name = "onnx"
     extensions = (".onnx",)
+    load_options = ("batch_size",)  # what `qcc compile` may pass; any other loading flag is a usage error
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an ONNX op imports as."""

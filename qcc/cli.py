@@ -14,6 +14,11 @@ from typing import Any
 from qcc import __version__
 from qcc.errors import InternalError, QccError
 
+RUNTIMES = ("runtimes: .onnx in onnxruntime, .nnb in nnablart ($QCC_NNABLART or PATH; else qcc's emulation of "
+            "the decoded file), a target-c directory built with its Makefile, .nnp in nnabla, .pt2 in qcc's simulator.")
+LAYERS = ("Per-layer table: every tensor both runtimes can show (onnxruntime: every node output, graph "
+          "optimizations off, as onnxruntime.quantization.qdq_loss_debug does), matched by name; SQNR dB = "
+          "10 log10(sum ref^2 / sum (model - ref)^2) over all samples ('exact': no difference).")
 EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
 
 
@@ -84,6 +89,32 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--executor", help=".nnp executor name")
     i.add_argument("--batch-size", type=int, help="bind the batch dimension")
 
+    r = sub.add_parser("run", help="run any model qcc reads or writes on DATA.npz; outputs into OUT.npz",
+                       parents=[common], epilog=RUNTIMES)
+    r.add_argument("model", help="a model file (.onnx, .nnb, .nnp, .pt2) or a target-c directory")
+    r.add_argument("data", metavar="DATA.npz", help="inputs (arrays keyed by input name, samples first)")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs, keyed by output name")
+    r.add_argument("--network", help=".nnp network name")
+
+    e = sub.add_parser("eval", help="accuracy of any model on DATA.npz; with --reference, agreement, output "
+                       "and per-layer SQNR against the float model", parents=[common], epilog=RUNTIMES + " " + LAYERS)
+    e.add_argument("model", help="a model file (.onnx, .nnb, .nnp, .pt2) or a target-c directory")
+    e.add_argument("data", metavar="DATA.npz", help="inputs and optional 'labels'")
+    e.add_argument("--reference", metavar="FLOAT_MODEL", help="the float model to compare against")
+    e.add_argument("--report", metavar="REPORT.json", help="the results as JSON ('-': stdout)")
+    e.add_argument("--plots", metavar="DIR", help="PNG per-layer SQNR bar chart (needs matplotlib: qcc[plots])")
+    e.add_argument("--network", help=".nnp network name")
+
+    st = sub.add_parser("settings", help="write nnabla's settings.yaml for an .nnp (nnb_template's equivalent; "
+                        "with --calib, qcc's chosen fixed-point positions)", parents=[common])
+    st.add_argument("model", help="an .nnp model")
+    st.add_argument("-o", "--output", required=True, metavar="settings.yaml")
+    st.add_argument("--calib", metavar="DATA.npz", help="calibration data: fill in qcc's chosen positions")
+    st.add_argument("--quantize", default="fixed8", metavar="SCHEME", help="fixed8 | fixed16 | fixed8-16 (with --calib)")
+    st.add_argument("--method", default=None, metavar="METHOD", help="range estimator (with --calib)")
+    st.add_argument("--network", help=".nnp network name")
+    st.add_argument("--executor", help=".nnp executor name")
+
     sub.add_parser("passes", help="list passes with their options and one-line docs", parents=[common])
     sub.add_parser("targets", help="list targets: extensions, options, the constraints they impose",
                    parents=[common])
@@ -144,6 +175,62 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                           network=args.network, executor=args.executor, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from qcc.running import run_file
+
+    result = run_file(args.model, args.data, args.output, args.network, progress_wanted(args))
+    if not args.quiet:
+        shapes = ", ".join(f"{k} {v}" for k, v in result["outputs"].items())
+        print(f"qcc: ran {args.model} in {result['runtime']}: {shapes} -> {args.output}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from qcc.running import eval_file, print_layer_table
+
+    result = eval_file(args.model, args.data, args.reference, args.network, progress_wanted(args))
+    if args.plots:
+        from qcc.debug_plots import sqnr_bar_chart
+
+        result["plots"] = [sqnr_bar_chart(result.get("layers", []), args.plots, f"{args.model} vs {args.reference}")]
+    to_stdout = args.report == "-"
+    if not args.quiet:
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+            _print_eval_file(result)
+            print_layer_table(result.get("layers", []))
+    text = json.dumps(result, indent=2, sort_keys=True, default=str) + "\n"
+    if to_stdout:
+        sys.stdout.write(text)
+    elif args.report:
+        from qcc.io import atomic_write_bytes
+
+        atomic_write_bytes(args.report, text.encode())
+    return 0
+
+
+def _print_eval_file(result: dict[str, Any]) -> None:
+    def acc(x: Any) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    line = f"qcc: {result['model']} in {result['runtime']}: {result['samples']} samples, accuracy {acc(result['accuracy'])}"
+    print(line)
+    ref = result.get("reference")
+    if ref:
+        db = result.get("output_sqnr_db")
+        print(f"  against {ref['model']} in {ref['runtime']}: accuracy {acc(result.get('reference_accuracy'))}, "
+              f"top-1 agreement {acc(result.get('agreement'))}, output SQNR {'exact' if db is None else f'{db:.1f}'} dB")
+
+
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from qcc.settings_template import write_settings
+
+    count = write_settings(args.model, args.output, calib=args.calib, quantize=args.quantize, method=args.method,
+                           network=args.network, executor=args.executor, progress=progress_wanted(args))
+    if not args.quiet:
+        print(f"qcc: wrote {args.output}: {count} variables")
     return 0
 
 
@@ -258,12 +345,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
         set_autoload(False)
     handlers: dict[str, Any] = {"compile": _cmd_compile, "inspect": _cmd_inspect, "passes": _cmd_passes,
+                                "run": _cmd_run, "eval": _cmd_eval, "settings": _cmd_settings,
                                 "targets": _cmd_targets, "plugins": _cmd_plugins, "ops": _cmd_ops}
     try:
         return int(handlers[args.command](args))
     except QccError as exc:
         if args.debug:
             traceback.print_exc()
+        for line in getattr(exc, "details", ()):  # an error with many entries: one line each, then the summary
+            print(f"qcc: {exc.kind}: {line}", file=sys.stderr)
         print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -84,6 +84,7 @@ class Sensitivity(Pass):
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from qcc.data import batching, bind_inputs
+        from qcc.progress import progress_bar
 
         last = model.products.get(LastAnnotation)
         assign = last.annotation_pass if last is not None else None
@@ -100,14 +101,17 @@ class Sensitivity(Pass):
         feeds = {k: v[:count] for k, v in feeds.items()}
         layers = find_layers(model)
         scores: list[tuple[str, float | None]] = []
-        for name, values in layers:
-            active = {id(v) for v in values}
+        with progress_bar(len(layers), "sensitivity", ctx.progress, unit="layer") as bar:
+            for name, values in layers:
+                active = {id(v) for v in values}
 
-            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-                return LayerInterpreter(m, a, obs)
+                def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
+                    return LayerInterpreter(m, a, obs)
 
-            cmp = compare(model, model, feeds, batch_size=batch, tensors=False, make_interpreter=only_layer)
-            scores.append((name, cmp.output_sqnr()))
+                cmp = compare(model, model, feeds, batch_size=batch, tensors=False, make_interpreter=only_layer)
+                scores.append((name, cmp.output_sqnr()))
+                if bar:
+                    bar(1)
         baseline = self._measure(model, feeds, batch)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {

@@ -61,6 +61,9 @@ class CompileOptions:
     dump_ir: str | None = None
     verify_each: bool = True
     progress: bool | None = None  # progress bars on stderr (None: when it is a terminal)
+    nodes_to_exclude: tuple[str, ...] = ()  # onnxruntime's names (qcc.ort_options): nodes left in float
+    op_types_to_quantize: tuple[str, ...] | None = None
+    example_inputs: Any = None  # for an in-memory torch.nn.Module
     plots: str | None = None  # with eval: PNG plots into this directory (qcc.debug_plots)
 
 
@@ -102,6 +105,9 @@ def compile(
     **options: Any,
 ) -> tuple[Model, dict[str, Any]]:
     """Compile like `qcc compile`; returns the compiled model and the report dictionary."""
+    from qcc.ort_options import translate
+
+    options = translate(options)
     try:
         return _compile(model, output, target, passes, instruments, **options)
     except (InvalidInputError, UnsupportedError, InternalError) as exc:
@@ -131,8 +137,17 @@ def _compile(
     constraints = backend.constraints(target_opts)
     if isinstance(model, Model):
         loaded = model
-    else:
+    elif isinstance(model, (str, os.PathLike)):
         loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+    else:  # an in-memory framework model (a torch.nn.Module with example_inputs=...)
+        loaded = load(model, example_inputs=opts.example_inputs, batch_size=opts.batch_size)
+    if opts.nodes_to_exclude or opts.op_types_to_quantize is not None:
+        from qcc.ort_options import exclusion_overrides
+
+        if opts.quantize == "none":
+            raise UsageError("nodes_to_exclude= / op_types_to_quantize= have no effect without quantize=SCHEME")
+        opts.overrides = (*opts.overrides, *exclusion_overrides(loaded, opts.nodes_to_exclude,
+                                                                 opts.op_types_to_quantize))
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 

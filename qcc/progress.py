@@ -12,14 +12,15 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def progress_bar(total: int | None, what: str, enabled: bool) -> Iterator[Callable[[int], None] | None]:
-    """A callable that advances the bar by n samples (None when disabled)."""
+def progress_bar(total: int | None, what: str, enabled: bool,
+                 unit: str = "sample") -> Iterator[Callable[[int], None] | None]:
+    """A callable that advances the bar by n units (None when disabled)."""
     if not enabled:
         yield None
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=f"qcc {what}", unit="sample", file=sys.stderr, leave=False, dynamic_ncols=True)
+    bar = tqdm(total=total, desc=f"qcc {what}", unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
     try:
         yield bar.update
     finally:

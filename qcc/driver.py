@@ -141,13 +141,6 @@ def _compile(
         loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
     else:  # an in-memory framework model (a torch.nn.Module with example_inputs=...)
         loaded = load(model, example_inputs=opts.example_inputs, batch_size=opts.batch_size)
-    if opts.nodes_to_exclude or opts.op_types_to_quantize is not None:
-        from qcc.ort_options import exclusion_overrides
-
-        if opts.quantize == "none":
-            raise UsageError("nodes_to_exclude= / op_types_to_quantize= have no effect without quantize=SCHEME")
-        opts.overrides = (*opts.overrides, *exclusion_overrides(loaded, opts.nodes_to_exclude,
-                                                                 opts.op_types_to_quantize))
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 
@@ -159,6 +152,13 @@ def _compile(
     else:
         pipeline = build_passes(default_pipeline(opts.quantize, opts))
     explicit = passes is not None or opts.passes is not None
+    if opts.nodes_to_exclude or opts.op_types_to_quantize is not None:
+        from qcc.ort_options import exclusion_pass
+
+        if opts.quantize == "none":
+            raise UsageError("nodes_to_exclude= / op_types_to_quantize= have no effect without quantize=SCHEME")
+        after_folding = 1 if pipeline and pipeline[0].name == "fold-bn" else 0  # node names survive folding
+        pipeline.insert(after_folding, exclusion_pass(opts.nodes_to_exclude, opts.op_types_to_quantize))
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
     progress = sys.stderr.isatty() if opts.progress is None else opts.progress

@@ -4,7 +4,7 @@
 |---|---|---|
 | `per_channel=True/False` | `per_tensor=not per_channel` | weight scales per output channel |
 | `calibrate_method=CalibrationMethod.MinMax` (or "MinMax", "Entropy", "Percentile") | `method="minmax"`, `"entropy"`, `"percentile"` | Distribution has no qcc equivalent (usage error) |
-| `nodes_to_exclude=[names]` | `overrides=("<output>=FLOAT32", "<weight>=FLOAT32", ...)` | the node's outputs and constant inputs stay float |
+| `nodes_to_exclude=[names]` | the `exclude-nodes` pass: the node's outputs and constant inputs pinned FLOAT32 | as `--override NAME=FLOAT32` on each |
 | `op_types_to_quantize=[types]` | the same exclusion for every node of another type | ONNX op types (Conv, Gemm, MatMul, ...) or qcc IR op names |
 
 The qcc name and the onnxruntime name of one option together are a usage error.
@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from qcc.errors import UsageError
-from qcc.ir.core import Model
 
 METHODS = {"minmax": "minmax", "entropy": "entropy", "percentile": "percentile"}
 
@@ -44,24 +43,11 @@ def translate(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def exclusion_overrides(model: Model, nodes: Iterable[str], op_types: Iterable[str] | None) -> list[str]:
-    """FLOAT32 override rules for the outputs and constant inputs of the excluded nodes."""
-    by_name = {n.name: n for n in model.graph.nodes}
-    excluded = []
-    for name in nodes:
-        if name not in by_name:
-            raise UsageError(f"nodes_to_exclude: no node {name!r} in model {model.graph.name!r}")
-        excluded.append(by_name[name])
-    if op_types is not None:
-        allowed = ir_ops(op_types)
-        excluded += [n for n in model.graph.nodes if n.op not in allowed and n not in excluded]
-    rules: list[str] = []
-    for node in excluded:
-        for value in [*node.outputs, *(v for v in node.inputs if v is not None and v.is_const)]:
-            rule = f"{escape_glob(value.name)}=FLOAT32"
-            if rule not in rules:
-                rules.append(rule)
-    return rules
+def exclusion_pass(nodes: Iterable[str], op_types: Iterable[str] | None) -> Any:
+    """The `exclude-nodes` pass for nodes_to_exclude / op_types_to_quantize (run after fold-bn)."""
+    from qcc.passes.exclude_nodes import ExcludeNodes
+
+    return ExcludeNodes(nodes=tuple(nodes), only_ops=tuple(sorted(ir_ops(op_types))) if op_types is not None else ())
 
 
 def ir_ops(op_types: Iterable[str]) -> set[str]:
@@ -72,10 +58,4 @@ def ir_ops(op_types: Iterable[str]) -> set[str]:
     for t in op_types:
         allowed.add(t)
         allowed.update(EMITS.get(t, ()))
-    allowed.update({"Quantize"})
     return allowed
-
-
-def escape_glob(name: str) -> str:
-    """A name as an fnmatch pattern matching only itself."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)

@@ -3,7 +3,7 @@
 Without data every variable is FLOAT32 and every function `implement: 0`, as nnb_template
 writes. With `--calib`, qcc calibrates the model as it is (no BN folding: the names must stay
 the .nnp's) and assigns fixed-point positions under the rules of the target that writes .nnb
-files, so `nnabla_cli convert -s settings.yaml` builds the .nnb with qcc's positions.
+files (its legalization included), so `nnabla_cli convert -s settings.yaml` builds the .nnb with qcc's positions.
 """
 
 from __future__ import annotations
@@ -42,9 +42,12 @@ def write_settings(model: str, out: str, calib: Any = None, quantize: str = "fix
         bits, weight_bits = FIXED[quantize]
         spec = (f"calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
                 f"method={method or default_method(quantize)}}}")
-        ctx = PassContext(target=backend.constraints(backend.make_options()), progress=progress)
+        options = backend.make_options()
+        ctx = PassContext(target=backend.constraints(options), progress=progress)
         ctx.calib_data, ctx.calib_name = open_data(calib, "calibration data", [v.name for v in loaded.graph.inputs])
-        loaded = PassManager(build_passes(spec)).run(loaded, ctx).model
+        # the target's legalization too: the positions a `qcc compile -o x.nnb` of this pipeline writes
+        passes = [*build_passes(spec), *backend.legalization(options)]
+        loaded = PassManager(passes).run(loaded, ctx).model
     text = export_settings(loaded)
     atomic_write_bytes(out, text.encode())
     return text.split("\nvariables:", 1)[-1].count("\n  ")

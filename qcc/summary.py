@@ -47,12 +47,12 @@ def print_compile_summary(model: Model, report: dict[str, Any]) -> None:
 
 def print_eval(ev: dict[str, Any]) -> None:
     """Two lines: qcc's simulator against the float model, and the written file in its runtime."""
-    print(f"  eval on {ev.get('data')} ({ev.get('samples')} samples), qcc simulator [{ev.get('arithmetic')}]: "
+    print(f"  eval: {ev.get('data')} ({ev.get('samples')} samples) in qcc's simulator [{ev.get('arithmetic')}]: "
           f"accuracy float {_acc(ev.get('float_accuracy'))} -> quantized {_acc(ev.get('quantized_accuracy'))}, "
           f"top-1 agreement {_acc(ev.get('agreement'))}, output SQNR {_db(ev.get('output_sqnr_db'))} dB")
     rt = ev.get("runtime")
     if rt:
-        print(f"  eval of the written file in {rt['name']}: accuracy {_acc(rt.get('accuracy'))}, top-1 agreement "
+        print(f"  eval: the written file in {rt['name']}: accuracy {_acc(rt.get('accuracy'))}, top-1 agreement "
               f"with the simulator {_acc(rt.get('agreement_with_simulator'))}, output SQNR vs the simulator "
               f"{_db(rt.get('sqnr_vs_simulator_db'))} dB, vs float {_db(rt.get('sqnr_vs_float_db'))} dB")
 

@@ -77,7 +77,8 @@ def test_onnxruntime_option_names(tmp_path: Path) -> None:
                             nodes_to_exclude=["conv1"], op_types_to_quantize=["Conv", "Relu", "Add", "Concat"])
     types = ranges(report)
     left = {f["tensor"] for f in report["float_fallbacks"]}
-    assert types["conv1"] == "float32" and "conv1" in left  # excluded node: output and weights float
+    # the excluded node (BN folded into it: its output is bn1): output and weights float
+    assert types["bn1"] == types["conv1.weight"] == "float32" and {"bn1", "conv1.weight"} <= left
     assert types["relu2"] != "float32"
     assert types["logits"] == "float32"  # a Gemm, not in op_types_to_quantize
     with pytest.raises(Exception, match="per_channel"):
@@ -95,7 +96,8 @@ def test_compile_an_nn_module_with_example_inputs(tmp_path: Path) -> None:
     assert report["target"] == "onnx-qdq" and report["eval"]["runtime"]["samples"] == 16
     with torch.no_grad():
         want = net(torch.tensor(x)).numpy()
-    from tests.ort_quant import run as ort_run, sqnr_db
+    from tests.ort_quant import run as ort_run
+    from tests.ort_quant import sqnr_db
 
     assert sqnr_db(ort_run(tmp_path / "m.onnx", {compiled.graph.inputs[0].name: x}), want) > 25
 
@@ -121,13 +123,14 @@ def test_settings_template_and_positions(digits_nnp: Path, tmp_path: Path, capsy
     assert main(["settings", str(digits_nnp), "-o", str(chosen), "--calib", str(CALIB)]) == 0
     variables = yaml.safe_load(chosen.read_text())["variables"]
     assert all(t.startswith("FIXED8_") for t in variables.values()), variables
-    # the positions are qcc's: compiling with the file gives the positions a qcc compile chooses
-    _, pinned = qcc_compile(digits_nnp, tmp_path / "s.nnb", settings=str(chosen), quantize="fixed8",
-                            calib=str(CALIB), passes=None)
-    types = {t["name"]: t["type"] for t in pinned["tensors"]}
+    # the positions are qcc's: the same pipeline compiled for .nnb without the file chooses them too
+    spec = "calibrate,assign-fixed-point{bits=8,weight_bits=8,method=mse},plan-memory{kind=shared}"
+    _, free = qcc_compile(digits_nnp, tmp_path / "free.nnb", calib=str(CALIB), passes=spec)
+    _, pinned = qcc_compile(digits_nnp, tmp_path / "pinned.nnb", calib=str(CALIB), passes=spec, settings=str(chosen))
+    chosen_types = {t["name"]: t["type"] for t in free["tensors"]}
+    pinned_types = {t["name"]: t["type"] for t in pinned["tensors"]}
     for name, text in variables.items():
-        if name in types:
-            assert types[name] == f"fixed(8,{int(text.split('_')[1])})", name
+        assert chosen_types[name] == pinned_types[name] == f"fixed(8,{int(text.split('_')[1])})", name
 
 
 def test_settings_errors_one_per_line(digits_nnp: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

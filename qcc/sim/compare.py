@@ -84,7 +84,7 @@ def compare(reference: Model, quantized: Model, feeds: dict[str, np.ndarray], la
     graph output's last axis. `make_interpreter(model, observer)` replaces the quantized
     interpreter (sensitivity uses one that applies only some annotations).
     """
-    feeds = check_feeds(reference, feeds)
+    feeds = check_feeds(reference, feeds, samples=True)
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (({k: v[start:start + batch_size] for k, v in feeds.items()},
                 None if labels is None else labels[start:start + batch_size]) for start in range(0, count, batch_size))

@@ -98,15 +98,16 @@ def _histograms(plt: Any, reference: Model, compiled: Model, data: Any, source: 
         rng = held_range(wanted[name])
         assert rng is not None
         clipped = float(np.mean((values < rng[0]) | (values > rng[1])))
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.hist(values, bins=128, color="#4878a8", log=True)
+        counts, edges = np.histogram(values, bins=128)
+        fig = plt.figure(figsize=(6, 3))
+        ax = fig.add_axes((0.12, 0.17, 0.85, 0.68))  # fixed margins: tight_layout costs 0.5 s a figure
+        ax.stairs(np.log10(counts + 1.0), edges, fill=True, color="#4878a8")
         for edge in rng:
             ax.axvline(edge, color="#c03030", linestyle="--", linewidth=1)
         ax.set_title(f"{name}: {wanted[name].quant}\nrange [{rng[0]:.4g}, {rng[1]:.4g}], clipped {100 * clipped:.3f}%",
                      fontsize=8)
-        ax.set_xlabel("float value (float model, evaluation data)")
-        ax.set_ylabel("count (log)")
-        fig.tight_layout()
+        ax.set_xlabel("float value (float model, evaluation data)", fontsize=8)
+        ax.set_ylabel("log10(count + 1)", fontsize=8)
         path = out / f"{_file_name(name)}.png"
         fig.savefig(path, dpi=80)
         plt.close(fig)

@@ -53,49 +53,77 @@ def read_header(folder: Path) -> tuple[list[tuple[str, tuple[int, ...]]], list[t
     return side("INPUT"), side("OUTPUT")
 
 
+BATCH_MAIN = r"""/* qcc's batch driver: NAME_run once per sample of IN.bin (float32, native order). */
+#include <stdio.h>
+#include "NAME.h"
+
+static float input[UPPER_IN_SIZE];
+static float output[UPPER_OUT_SIZE];
+
+int main(int argc, char **argv)
+{
+    FILE *in, *out;
+    if (argc != 3 || (in = fopen(argv[1], "rb")) == NULL || (out = fopen(argv[2], "wb")) == NULL) {
+        return 2;
+    }
+    while (fread(input, sizeof(float), UPPER_IN_SIZE, in) == UPPER_IN_SIZE) {
+        if (NAME_run(input, output) != UPPER_OK
+                || fwrite(output, sizeof(float), UPPER_OUT_SIZE, out) != UPPER_OUT_SIZE) {
+            return 1;
+        }
+    }
+    return fclose(out) == 0 ? 0 : 1;
+}
+"""
+
+
 class CBinary(Runtime):
-    """The gcc-built `model` program of a target-c directory."""
+    """The model code of a target-c directory, compiled by its own Makefile (its flags, its
+    object file) and linked with a driver that runs `<name>_run` once per sample, in one process."""
 
     def __init__(self, folder: str | os.PathLike[str], tolerance: Tolerance = FLOAT) -> None:
         source = Path(folder)
         if not available():
             raise UnsupportedError(f"{source}: no C compiler or make on PATH to build it")
         ins, outs = read_header(source)
+        ident = sorted(source.glob("*.h"))[0].stem
         self.work = Path(tempfile.mkdtemp(prefix="qcc-c-run-"))
         build = self.work / "build"
         shutil.copytree(source, build, ignore=shutil.ignore_patterns("model", "*.o"))
-        done = subprocess.run(["make", "-s", "-C", str(build)], capture_output=True, text=True)
-        if done.returncode != 0:
-            self.close()
-            tail = " ".join(done.stderr.split())[-300:]
-            raise UnsupportedError(f"{source}: make failed: {tail}")
-        self.program = build / "model"
+        (build / "qcc_batch_main.c").write_text(BATCH_MAIN.replace("NAME", ident).replace("UPPER", ident.upper()))
+        cc = os.environ.get("CC", "cc")
+        self._build(source, ["make", "-s", "-C", str(build), "model"])  # the Makefile's own build
+        self._build(source, [cc, "-std=c99", "-O2", "-o", str(build / "qcc_batch"), str(build / "qcc_batch_main.c"),
+                             str(build / f"{ident}.o"), "-lm"])
+        self.program = build / "qcc_batch"
         self.inputs = tuple(n for n, _ in ins)
         self.outputs = tuple(n for n, _ in outs)
-        self.in_shapes = dict(ins)
         self.out_shapes = [s for _, s in outs]
-        self.batch = None  # one sample per call; run() loops
+        self.batch = None  # one sample per call of <name>_run
         self.tolerance = tolerance
-        cc = os.environ.get("CC", "cc")
         self.name = f"gcc-built binary ({cc}, the directory's Makefile)"
+
+    def _build(self, source: Path, command: list[str]) -> None:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            self.close()
+            raise UnsupportedError(f"{source}: {command[0]} failed: {' '.join(done.stderr.split())[-300:]}")
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         count = len(next(iter(feeds.values())))
-        rows: list[list[np.ndarray]] = [[] for _ in self.outputs]
+        rows = [np.ascontiguousarray(feeds[n], dtype=np.float32).reshape(count, -1) for n in self.inputs]
         src, dst = self.work / "in.bin", self.work / "out.bin"
-        for i in range(count):
-            parts = [np.ascontiguousarray(feeds[n][i:i + 1], dtype="<f4").reshape(-1) for n in self.inputs]
-            src.write_bytes(b"".join(p.tobytes() for p in parts))
-            done = subprocess.run([str(self.program), str(src), str(dst)], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise UnsupportedError(f"{self.program}: exit {done.returncode}: {' '.join(done.stderr.split())[:300]}")
-            flat = np.fromfile(dst, dtype="<f4")
-            offset = 0
-            for k, shape in enumerate(self.out_shapes):
-                size = int(np.prod(shape))
-                rows[k].append(flat[offset:offset + size].reshape(shape))
-                offset += size
-        return {n: np.concatenate(r).astype(np.float32) for n, r in zip(self.outputs, rows)}
+        src.write_bytes(np.concatenate(rows, axis=1).tobytes())  # per sample: every input, in order
+        done = subprocess.run([str(self.program), str(src), str(dst)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise UnsupportedError(f"{self.program}: exit {done.returncode}: {' '.join(done.stderr.split())[:300]}")
+        flat = np.fromfile(dst, dtype=np.float32).reshape(count, -1)
+        out, offset = {}, 0
+        for name, shape in zip(self.outputs, self.out_shapes):
+            size = int(np.prod(shape))
+            out[name] = flat[:, offset:offset + size].reshape(count, *shape[1:])
+            offset += size
+        return out
 
     def close(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)

@@ -10,11 +10,11 @@ pins, exactly as `--override NAME=FLOAT32` would make them (listed in `float_fal
 from __future__ import annotations
 
 import attrs
+from qcc.passes.apply_overrides import apply_rules, parse_rule
+from qcc.passes.quantutil import is_float
 
 from qcc.errors import UsageError
 from qcc.ir.core import Model
-from qcc.passes.apply_overrides import apply_rules, parse_rule
-from qcc.passes.quantutil import is_float
 from qcc.pm.base import Pass, PassContext, PassResult
 
 

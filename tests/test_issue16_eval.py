@@ -130,10 +130,16 @@ def test_qcc_eval_compares_layer_by_layer_with_the_float_model(tmp_path: Path, c
     assert "relu1" in captured.err and "SQNR dB" in captured.err  # the table, on stderr with --report -
 
 
-def test_layer_table_never_cuts_names(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tables_never_cut_names(capsys: pytest.CaptureFixture[str]) -> None:
     from qcc.running import print_layer_table
+    from qcc.summary import _print_tensors
 
     name = "backbone/stage4/block12/conv3/BatchNormalization_output_0"
+    kind = "affine(uint8,scale=[0.0123456789],zp=[0])"
+    _print_tensors([{"name": name, "type": kind, "kind": "activation", "range": [0.0, 3.1], "clip_fraction": 0.0,
+                     "sqnr_db": 38.5, "eval_sqnr_db": 31.25}])
+    out = capsys.readouterr().out
+    assert name in out and kind in out and "31.2" in out
     print_layer_table([{"tensor": name, "shape": [8, 4, 4], "sqnr_db": 31.25}, {"tensor": "y", "shape": [10],
                                                                                "sqnr_db": None}])
     out = capsys.readouterr().out

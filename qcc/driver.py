@@ -135,12 +135,19 @@ def _compile(
     backend, target_opts = resolve_target(out, opts)
     check_output_extension(out, backend, bool(opts.target))
     constraints = backend.constraints(target_opts)
+    from qcc.progress import progress_bar
+
+    progress = sys.stderr.isatty() if opts.progress is None else opts.progress
     if isinstance(model, Model):
         loaded = model
-    elif isinstance(model, (str, os.PathLike)):
-        loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
-    else:  # an in-memory framework model (a torch.nn.Module with example_inputs=...)
-        loaded = load(model, example_inputs=opts.example_inputs, batch_size=opts.batch_size)
+    else:  # a bar without a total: torch.export of a large module takes a while
+        with progress_bar(1, "load", progress and not isinstance(model, Model), unit="model") as bar:
+            if isinstance(model, (str, os.PathLike)):
+                loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+            else:  # an in-memory framework model (a torch.nn.Module with example_inputs=...)
+                loaded = load(model, example_inputs=opts.example_inputs, batch_size=opts.batch_size)
+            if bar:
+                bar(1)
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 
@@ -161,7 +168,6 @@ def _compile(
         pipeline.insert(after_folding, exclusion_pass(opts.nodes_to_exclude, opts.op_types_to_quantize))
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
-    progress = sys.stderr.isatty() if opts.progress is None else opts.progress
     ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress)
     input_names = [v.name for v in loaded.graph.inputs]
     if opts.calib is not None:

@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_common(common, argparse.SUPPRESS)  # also after the subcommand, without overriding
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES, parents=[common])
+    c = sub.add_parser("compile", help="compile a model for a target", parents=[common],
+                       epilog="The summary's tensor table (activation, type, range, clip, SQNR dB, eval dB) is "
+                       "explained in docs/debugging.md. " + EXIT_CODES)
     c.add_argument("model", help="input model (.onnx, .nnp, .pt2)")
     c.add_argument("-o", "--output", required=True, help="output file (.onnx/.nnb/.nnp) or directory (c)")
     c.add_argument("--target", metavar="TARGET[{OPTIONS}]",

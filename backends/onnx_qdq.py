@@ -33,6 +33,7 @@ from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
+from qcc.runtimes.base import Runtime
 from qcc.target import Backend, WriteResult
 
 """Ops with (x, weight, bias) inputs; a per-channel bias runs along its axis 0."""
@@ -366,11 +367,18 @@ class OnnxQdqBackend(Backend):
 
     name = "onnx-qdq"
     extensions = ()  # .onnx with a quantizing scheme, or ask for it by name
+    file_extensions = (".onnx",)
     Options = QdqOptions
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every exported op, integer or float in ONNX Runtime."""
         return {"onnx-qdq": {op: "int" if op in ORT_INTEGER_OPS else "float" for op in EXPORTERS}}
+
+    def runtime(self, out: str | os.PathLike[str], options: QdqOptions, model: Model | None = None) -> Runtime:
+        """onnxruntime with graph optimizations on: the integer kernels the file is written for."""
+        from qcc.runtimes.onnxruntime import QDQ, OrtRuntime
+
+        return OrtRuntime(out, QDQ)
 
     def serialize(self, model: Model, out: str | os.PathLike[str], options: QdqOptions) -> WriteResult:
         """Write atomically; the tensors left in float are the report's float fallbacks."""

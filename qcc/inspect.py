@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qcc.errors import UsageError
 from qcc.ir.core import Model
 from qcc.plan.sizing import Sizer, ir_size, scheme_sizer
 
@@ -65,6 +66,11 @@ def inspect_path(path: str, memory: bool = False, quantize: str = "none", as_jso
 
     if path.lower().endswith(".nnb"):  # a compiled file: decoded and checked, not imported
         from qcc.backends.nnb.inspect import inspect_nnb
+        from qcc.flags import LOAD_FLAGS
+
+        given = [LOAD_FLAGS.get(k, k) for k, v in load_options.items() if v is not None]
+        if given:
+            raise UsageError(f"{given[0]} applies to a model qcc imports; {path} is a compiled .nnb, decoded as written")
 
         return inspect_nnb(path, as_json=as_json)
     model = load(path, **{k: v for k, v in load_options.items() if v is not None})

@@ -180,3 +180,47 @@ def test_torch_dynamic_program_is_specialized_to_the_bound_shapes() -> None:
     got = qcc.run(model, {"x": x.numpy()})[model.graph.outputs[0].name]
     want = net(x).detach().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+# ----------------------------------------------------------------------------- issue 16's rule
+def static_onnx(path: Path) -> Path:
+    """y = Relu(x) with x[1, 4] fully static: nothing for --input-shape to bind."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "static", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_input_shape_on_an_input_without_dynamic_dims_is_a_usage_error(tmp_path: Path) -> None:
+    path = static_onnx(tmp_path / "static.onnx")
+    line = one_error_line(run_qcc("compile", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,4"))
+    assert line.startswith("qcc: usage error") and "input 'x' has no dynamic dim (declared [1,4])" in line, line
+    assert not (tmp_path / "o.onnx").exists()
+    with pytest.raises(UsageError, match=r"input 'x' has no dynamic dim"):
+        qcc.load(path, input_shapes=(1, 4))
+    qcc.compile(path, tmp_path / "m.nnb")  # a decoded .nnb has no inputs to bind either
+    line = one_error_line(run_qcc("inspect", str(tmp_path / "m.nnb"), "--input-shape", "x=1,4"))
+    assert line.startswith("qcc: usage error") and "--input-shape applies to a model qcc imports" in line, line
+
+
+def test_input_shapes_for_a_module_traced_on_example_inputs_is_a_usage_error() -> None:
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    with pytest.raises(UsageError, match=r"no dynamic dim \(declared \[1,3,8,8\]\)"):
+        qcc.load(net, example_inputs=torch.zeros(1, 3, 8, 8), input_shapes={None: (1, 3, 8, 8)})
+
+
+def test_a_frontend_that_does_not_read_input_shapes_refuses_them() -> None:
+    from qcc.flags import check_load_flags
+
+    class FixedShapes:  # a plugin frontend whose format has no dynamic dims
+        name = "fixed"
+        load_options = ("batch_size",)
+
+    with pytest.raises(UsageError, match=r"--input-shape applies to .*\.onnx.* frontend 'fixed'"):
+        check_load_flags(FixedShapes(), "m.fixed", {"input_shapes": {"x": (1, 4)}})
+    check_load_flags(FixedShapes(), "m.fixed", {"input_shapes": None, "batch_size": 2})

@@ -111,8 +111,9 @@ def bind_inputs(declared: Mapping[str, Sequence[Dim]], spec: ShapeSpec | Sequenc
 
     Explicit shapes come first: each must have the input's rank and agree with its static dims;
     their symbols are then bound everywhere. `batch_size` binds a first dim still symbolic.
-    A name that is not an input, a None key on a model with several inputs, a wrong rank or a
-    static dim contradicted is a UsageError naming the input and listing the inputs.
+    A name that is not an input, a None key on a model with several inputs, a wrong rank, a
+    static dim contradicted or an input with no dynamic dim at all (the flag would change nothing)
+    is a UsageError naming the input and listing the inputs.
     """
     given = normalize(spec)
     where = f"{source}: " if source else ""
@@ -160,6 +161,9 @@ def _bind_explicit(name: str, dims: list[Dim], shape: tuple[int, ...], symbols: 
                              f"static {d} (declared {_text(dims)})")
         if isinstance(d, str):
             _bind_symbol(d, want, name, i, symbols, where, FLAG)
+    if not any(isinstance(d, str) for d in dims):  # the flag would change nothing: issue 16's rule
+        raise UsageError(f"{where}{FLAG} {name}={','.join(map(str, shape))}: input {name!r} has no dynamic dim "
+                         f"(declared {_text(dims)}), so there is nothing to bind; drop the flag for it")
 
 
 def _bind_symbol(symbol: str, value: int, name: str, index: int, symbols: dict[str, int], where: str,

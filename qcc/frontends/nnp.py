@@ -681,6 +681,7 @@ def load_nnp(path: str | os.PathLike[str], network: str | None = None, executor:
 class NnpFrontend:
     name = "nnp"
     extensions = (".nnp", ".nntxt")
+    load_options = ("network", "executor", "batch_size", "input_shapes")
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an nnabla function imports as."""

@@ -737,6 +737,7 @@ onnx_quant.install(IMPORTERS, importer)
 class OnnxFrontend:
     name = "onnx"
     extensions = (".onnx",)
+    load_options = ("batch_size", "input_shapes")  # what `qcc compile` may pass; any other loading flag is a usage error
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an ONNX op imports as."""

@@ -163,6 +163,7 @@ class TorchFrontend:
 
     name = "torch"
     extensions = (".pt2",)
+    load_options = ("batch_size", "input_names", "input_shapes")
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an ATen op imports as."""

@@ -116,17 +116,18 @@ def test_c_float_and_affine(tmp_path: Path) -> None:
 def nnb_only(op: str) -> Model:
     g = Graph(op.lower())
     x = g.add_input("x", TensorType("float32", (1, *SHAPE[1:])))
-    attrs = {"size": 3, "alpha": 0.02, "beta": 0.75, "bias": 1.5} if op == "LRN" else {}
+    attrs = {"size": 3, "alpha": 0.02, "beta": 0.75, "bias": 1.5} if op == "LRN" else \
+        {"alpha": 1 / 6, "beta": 0.5} if op == "HardSigmoid" else {}  # Paddle's and torch's, not nnabla's 0.2
     slope = [g.add_constant("slope", np.array([0.1, -0.5, 2.0, 0.0], np.float32).reshape(4, 1, 1))] if op == "PRelu" \
         else []
     g.outputs = [g.add(op, x, *slope, name=op.lower(), **attrs)]
     return Model(g)
 
 
-@pytest.mark.parametrize("op", ["HardSwish", "LRN", "PRelu"])
+@pytest.mark.parametrize("op", ["HardSwish", "HardSigmoid", "LRN", "PRelu"])
 @pytest.mark.parametrize("scheme", ["none", "fixed8"])
 def test_nnb_file_computes_what_the_model_does(tmp_path: Path, op: str, scheme: str) -> None:
-    """HardSwish and LRN become functions nnabla-c-runtime has (in float32 between the node's
+    """HardSwish, HardSigmoid and LRN become functions nnabla-c-runtime has (in float32 between the node's
     input and output), PRelu its PReLU: the emulation of the file equals the simulation."""
     from qcc.backends.nnb.format import read_nnb
     from qcc.backends.nnb.lift import lift_nnb

@@ -3,6 +3,7 @@ loads this module): PRelu -> PReLU; nearest Resize by whole factors -> Unpooling
 runtime has no function of its own, a sequence of functions it has, computing in float32 between
 the node's input and output (their arithmetic is qcc.sim.fixed's for the op):
 HardSwish -> MulScalar(1/6), AddScalar(1/2), MaximumScalar(0), MinimumScalar(1), Mul2(x, .);
+HardSigmoid -> MulScalar(alpha), AddScalar(beta), MaximumScalar(0), MinimumScalar(1);
 LRN -> Mul2(x, x), Reshape, [Pad], SumPooling over channels, Reshape, MulScalar(alpha/size),
 AddScalar(bias), PowScalar(beta), Div2(x, .); DepthToSpace/SpaceToDepth -> Reshape, Transpose,
 Reshape.
@@ -71,6 +72,16 @@ def _hardswish(lw: Lowerer, node: Node) -> None:
                                 ("AddScalar", {"val": 0.5, "inplace": False}),
                                 ("MaximumScalar", {"val": 0.0}), ("MinimumScalar", {"val": 1.0})], "gate")
     lw.emit(node, "Mul2", [x, gate], [lw.define(node.outputs[0])], inplace=False)
+
+
+@lowering("HardSigmoid")
+def _hardsigmoid(lw: Lowerer, node: Node) -> None:
+    """nnabla's HardSigmoid has alpha 0.2 only; Paddle and torch exports use 1/6: the chain takes any."""
+    x = lw.var(node.input(0), node)
+    gate = _chain(lw, node, x, [("MulScalar", {"val": float(node.attrs["alpha"]), "inplace": False}),
+                                ("AddScalar", {"val": float(node.attrs["beta"]), "inplace": False}),
+                                ("MaximumScalar", {"val": 0.0})], "gate")
+    lw.emit(node, "MinimumScalar", [gate], [lw.define(node.outputs[0])], val=1.0)
 
 
 @lowering("LRN")

@@ -78,7 +78,8 @@ def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
 
 
 BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",
-              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv", "PRelu": "av < 0.0f ? av * bv : av"}
+              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv", "PRelu": "av < 0.0f ? av * bv : av",
+              "Pow": "(float)pow((double)av, (double)bv)"}
 
 
 def binary(ks: KernelSet, op: str, t: CType) -> str:
@@ -88,7 +89,7 @@ def binary(ks: KernelSet, op: str, t: CType) -> str:
         expr = BINARY_F32[op]
         params = "const float *a, const float *b, float *y, long n, const qcc_bcast_t *p"
         prologue = ""
-        helpers: tuple[str, ...] = ("bcast",)
+        helpers: tuple[str, ...] = ("bcast", "libm") if op == "Pow" else ("bcast",)
     else:
         params = (f"const {t.name} *a, const {t.name} *b, {t.name} *y, long n, const qcc_bcast_t *p, "
                   "int sa_, int sb_, int shift")

@@ -23,6 +23,18 @@ def conv_params(lw: Lowering, node: Node) -> str:
     return lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
 
 
+def conv_transpose_params(lw: Lowering, node: Node) -> str:
+    """The qcc_conv_t of a ConvTranspose: input geometry, output channels and map, begin pads
+    (the end pads and output_padding are in the output's size)."""
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    _, _, kh, kw = static_shape(w)
+    geom = [xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
+            node.attrs["group"]]
+    return lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)
+
+
 def pool_params(lw: Lowering, node: Node) -> tuple[str, int]:
     """The qcc_pool_t of a pooling node and its window size (the most elements one output reads)."""
     x, y = node.input(0), node.outputs[0]

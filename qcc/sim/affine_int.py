@@ -11,7 +11,7 @@ exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit fo
 - Requantization by a real multiplier M > 0: an integer m and a shift s with M ~ m * 2**-s and
   m in [2**30, 2**31) (s <= 62; `requant_params`); y = sat(zp_y + rshift(v * m, s)), where
   rshift rounds half away from zero. Ops with several inputs share one shift (`common_params`).
-- Conv/Dense: int32 accumulator sum((qx - zx) * (qw - zw)) + bias, with the bias requantized to
+- Conv/ConvTranspose/Dense: int32 accumulator sum((qx - zx) * (qw - zw)) + bias, with the bias requantized to
   the accumulator scale sx * sw[c]; `layer_ints` refuses models whose sums could overflow
   int32. Per-channel multipliers M[c] = sx * sw[c] / sy.
 - MaxPool: max of stored values (requantization is monotone) then requant; AvgPool: the sum of
@@ -55,7 +55,7 @@ F32 = np.float32
 ACT_DTYPES = ("int8", "uint8")
 ACC_LIMIT = 2**31 - 1
 MAX_SHIFT = 62
-WEIGHT_AXIS = {"Conv": 0, "Dense": 1}
+WEIGHT_AXIS = {"Conv": 0, "ConvTranspose": 1, "Dense": 1}
 
 
 # ---------------------------------------------------------------- annotations
@@ -183,6 +183,10 @@ def weight_ints(node: Node) -> np.ndarray:
     if quant.axis not in (None, axis):
         raise UnsupportedError(f"affine integer mode: weight {w.name!r} is quantized along axis {quant.axis}, "
                                f"not the output-channel axis {axis}")
+    if quant.axis is not None and node.op == "ConvTranspose" and int(node.attrs["group"]) > 1:
+        raise UnsupportedError(f"affine integer mode: node {node.name!r} (ConvTranspose, group "
+                               f"{node.attrs['group']}) has per-channel weights, whose axis 1 counts the channels of "
+                               "one group only; quantize its weight per tensor")
     stored = store_param(w)
     _, zw = channel_params(w, stored.shape[axis])
     shape = [1] * stored.ndim
@@ -356,6 +360,15 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     return [requantize(acc, li.mult.reshape(1, -1, 1, 1), li.shift.reshape(1, -1, 1, 1), node.outputs[0])]
 
 
+def conv_transpose_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """The reference kernel on centered integers in float64 (exact: every sum is below 2**31)."""
+    li = layer_ints(node)
+    x = centered(node.input(0), args[0]).astype(np.float64)
+    acc = get_schema("ConvTranspose").kernel(node, [x, li.weights.astype(np.float64)])[0]
+    acc = np.rint(acc).astype(np.int64) + li.bias.reshape(1, -1, 1, 1)
+    return [requantize(acc, li.mult.reshape(1, -1, 1, 1), li.shift.reshape(1, -1, 1, 1), node.outputs[0])]
+
+
 def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     li = layer_ints(node)
     x = centered(node.input(0), args[0]).astype(np.float64)
@@ -526,7 +539,7 @@ def batchnorm_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
 
 
 INTEGER_KERNELS: dict[str, NodeKernel] = {
-    "Conv": conv_kernel, "Dense": dense_kernel, "MaxPool": maxpool_kernel, "GlobalMaxPool": maxpool_kernel,
+    "Conv": conv_kernel, "ConvTranspose": conv_transpose_kernel, "Dense": dense_kernel, "MaxPool": maxpool_kernel, "GlobalMaxPool": maxpool_kernel,
     "AvgPool": avgpool_kernel, "GlobalAvgPool": avgpool_kernel, "Add": add_kernel, "Sub": add_kernel,
     "Mul": mul_kernel, "Max": minmax_kernel, "Min": minmax_kernel, "Concat": concat_kernel,
     "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Quantize": view_kernel, "Transpose": view_kernel,

@@ -228,6 +228,82 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
 """
 
 
+def conv_transpose_f32(ks: KernelSet) -> str:
+    return ks.kernel("qcc_convt_f32", lambda: conv_transpose_source("qcc_convt_f32", FLOAT, FLOAT, FLOAT),
+                     ("conv_t",))
+
+
+def conv_transpose_affine(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
+    name = f"qcc_convt_{x.suffix}_{w.suffix}_{y.suffix}"
+    return ks.kernel(name, lambda: conv_transpose_source(name, x, w, y), ("conv_t", "requant"))
+
+
+def conv_transpose_source(name: str, x: CType, w: CType, y: CType) -> str:
+    """Transposed convolution gathered per output element: the input element each tap reads is
+    (o + pad - k * dilation) / stride where that divides exactly and lies inside the map (no
+    padding is read, so the affine sum needs no zero-point fill). Weight (C, O/group, KH, KW).
+    Float: one rounding per product and per sum. Affine: int32 sums of (x - zx) * w started at
+    the bias, requantized per output channel (qcc.sim.affine_int.conv_transpose_kernel)."""
+    affine = y.affine is not None
+    acc = "int32_t" if affine else "float"
+    bias_t = "int32_t" if affine else "float"
+    init = "b[o]" if affine else "b != NULL ? b[o] : 0.0f"
+    xv = "((int32_t)xc[iy * p->w + ix] - zx)" if affine else "xc[iy * p->w + ix]"
+    store = f"({y.name})qcc_requant(acc, mult[o], shift[o], zy, {y.lo}, {y.hi})" if affine else "acc"
+    extra = ", int32_t zx, const int32_t *restrict mult, const int32_t *restrict shift, int32_t zy" if affine else ""
+    return f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {bias_t} *restrict b,
+    {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const long ks = (long)p->kh * p->kw;
+    int n, o, oy, ox, ic, ky, kx;
+    for (n = 0; n < p->n; ++n) {{
+        for (o = 0; o < p->o; ++o) {{
+            const int g = o / og;
+            const int j = o % og;
+            {y.name} *yo = y + ((long)n * p->o + o) * p->oh * p->ow;
+            for (oy = 0; oy < p->oh; ++oy) {{
+                for (ox = 0; ox < p->ow; ++ox) {{
+                    {acc} acc = {init};
+                    for (ic = 0; ic < cg; ++ic) {{
+                        const int c = g * cg + ic;
+                        const {x.name} *xc = x + ((long)n * p->c + c) * p->h * p->w;
+                        const {w.name} *wc = w + ((long)c * og + j) * ks;
+                        for (ky = 0; ky < p->kh; ++ky) {{
+                            const int ty = oy + p->ph - ky * p->dh;
+                            int iy;
+                            if (ty < 0 || ty % p->sh != 0) {{
+                                continue;
+                            }}
+                            iy = ty / p->sh;
+                            if (iy >= p->h) {{
+                                continue;
+                            }}
+                            for (kx = 0; kx < p->kw; ++kx) {{
+                                const int tx = ox + p->pw - kx * p->dw;
+                                int ix;
+                                if (tx < 0 || tx % p->sw != 0) {{
+                                    continue;
+                                }}
+                                ix = tx / p->sw;
+                                if (ix < p->w) {{
+                                    const {acc} t = {xv} * ({acc})wc[ky * p->kw + kx];
+                                    acc += t;
+                                }}
+                            }}
+                        }}
+                    }}
+                    yo[(long)oy * p->ow + ox] = {store};
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+
+
 def dense_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
     """Weights are emitted transposed (m, k) so each sum reads contiguous rows."""
     name = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}"

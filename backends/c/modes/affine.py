@@ -34,7 +34,7 @@ from qcc.backends.c.lower import (
     where,
 )
 from qcc.backends.c.modes.float32 import LAYERS
-from qcc.backends.c.params import bcast_params, conv_params, pool_params
+from qcc.backends.c.params import bcast_params, conv_params, conv_transpose_params, pool_params
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Node, Value
@@ -85,6 +85,14 @@ def _conv(lw: Lowering, node: Node) -> Step:
     wt, w, bias, mult, shift = _layer_arrays(lw, node)
     fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_params(lw, node), zp(x), mult, shift, zp(y)))])
+
+
+def _conv_transpose(lw: Lowering, node: Node) -> Step:
+    x, y = node.input(0), node.outputs[0]
+    wt, w, bias, mult, shift = _layer_arrays(lw, node)
+    fn = KC.conv_transpose_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_transpose_params(lw, node), zp(x), mult, shift,
+                                 zp(y)))])
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
@@ -192,7 +200,7 @@ class AffineMode(NumericMode):
     title = "affine int8/uint8 with integer requantization (bit-identical to qcc.sim.affine_int.run_affine_int)"
     integer = True
     lowerings: ClassVar[dict[str, LowerFn]] = {
-        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "Conv": _conv, "ConvTranspose": _conv_transpose, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
         "BatchNorm": shared.batchnorm, **{op: _scalar_table for op in ai.SCALAR_OPERAND_OPS},
         **{op: _binary for op in KE.AFFINE_BINARY},

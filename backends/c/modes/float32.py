@@ -28,7 +28,13 @@ from qcc.backends.c.lower import (
     numel,
     static_shape,
 )
-from qcc.backends.c.params import bcast_params, conv_params, float_literal, pool_params
+from qcc.backends.c.params import (
+    bcast_params,
+    conv_params,
+    conv_transpose_params,
+    float_literal,
+    pool_params,
+)
 
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Node, Value
@@ -42,6 +48,14 @@ def _conv(lw: Lowering, node: Node) -> Step:
     fn = KC.conv_f32(lw.kernels)
     bias = lw.const(b, node) if b is not None else "NULL"
     return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
+
+
+def _conv_transpose(lw: Lowering, node: Node) -> Step:
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    fn = KC.conv_transpose_f32(lw.kernels)
+    bias = lw.const(b, node) if b is not None else "NULL"
+    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), conv_transpose_params(lw, node)))])
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
@@ -100,7 +114,7 @@ class FloatMode(NumericMode):
     title = "float32"
     integer = False
     lowerings: ClassVar[dict[str, LowerFn]] = {
-        "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
+        "Conv": _conv, "ConvTranspose": _conv_transpose, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
         "Transpose": shared.transpose, "LRN": _lrn, "MatMul": _matmul, **LAYERS,
         **{op: shared.unary for op in KE.UNARY},

@@ -11,7 +11,11 @@
 - Weights (input 1 of Conv/ConvTranspose/Dense): per channel on the output-channel axis or per
   tensor, symmetric by default; `weight_bits=7` is ORT's reduce_range (AVX2 without VNNI
   saturates full 8-bit weights, docs/quantization.md).
-- Bias: int32, scale = s_x * s_w, zero point 0 (per channel when the weight is).
+- Bias: int32, scale = s_x * s_w, zero point 0 (per channel when the weight is). Where a bias
+  would not fit (a channel whose weights are all near zero but whose bias is not: PP-OCR's
+  detector and recognizer), the weight's scale of that channel grows until |b| / (s_x * s_w)
+  is at most 2**30, as onnxruntime's quantize_static does (to the full int32 there; qcc keeps
+  half the accumulator for the products, so target c's int32 sums cannot overflow).
 - Other constants feeding arithmetic: per tensor from their exact min/max. BatchNorm
   parameters (a BatchNorm fold-bn could neither fold nor, with standalone=conv as in the
   default per-channel pipelines, turn into a depthwise Conv) stay float, with the reason recorded.
@@ -179,6 +183,7 @@ def _annotate_bias(node: Node) -> None:
         set_float(bias, f"{missing.name!r} ({'input' if missing is node.inputs[0] else 'weight'} of "
                   f"{node.op} {node.name!r}) is not quantized per tensor: no int32 bias scale")
         return
+    sw = _fit_bias(node, data, sx[0], sw)
     scale = np.maximum(sx[0] * sw, float(np.finfo(np.float32).tiny)).astype(np.float32)
     if len(scale) not in (1, data.shape[0]):
         set_float(bias, f"bias of {node.name!r}: {len(scale)} weight scales for {data.shape[0]} channels")
@@ -186,6 +191,28 @@ def _annotate_bias(node: Node) -> None:
     axis = 0 if len(scale) > 1 else None
     bias.quant = Affine(tuple(float(s) for s in scale), (0,) * len(scale), "int32", axis)
     bias.meta["report"] = parameter_entry(data, bias.quant)
+
+
+BIAS_LIMIT = 2.0**30
+"""The largest |bias| on the accumulator scale: int32 sums keep half their range for the products."""
+
+
+def _fit_bias(node: Node, bias: np.ndarray, sx: float, sw: np.ndarray) -> np.ndarray:
+    """The weight scales, raised where the bias would exceed BIAS_LIMIT on the scale sx * sw (the
+    weight's annotation follows; a weight read by other nodes too is left alone)."""
+    weight = node.input(1)
+    need = np.abs(bias.astype(np.float64)).reshape(-1) / (sx * BIAS_LIMIT) * 1.0001
+    if len(sw) == 1:
+        need = np.array([need.max(initial=0.0)])
+    if len(need) != len(sw) or np.all(sw >= need) or not isinstance(weight.quant, Affine) \
+            or len(weight.uses()) != 1 or pinned(weight):
+        return sw
+    fitted = np.maximum(sw, need)
+    weight.quant = attrs.evolve(weight.quant, scale=tuple(float(s) for s in fitted))
+    data = param_data(weight)
+    if data is not None:
+        weight.meta["report"] = parameter_entry(data, weight.quant)
+    return fitted
 
 
 def _copy_from_quantize(value: Value) -> None:

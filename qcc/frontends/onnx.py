@@ -169,8 +169,12 @@ def _need_rank4(ctx: _Ctx, node: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- importers
-@importer("Conv", "ConvTranspose", emits={"Conv": "Conv", "ConvTranspose": "ConvTranspose"})
+@importer("Conv", "ConvTranspose", emits=("Conv", "ConvTranspose", "Reshape"))
 def _conv(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
+    x = ctx.value(node.input[0])
+    if x is not None and x.type.rank == 3:
+        _conv1d(ctx, node, attrs, x)
+        return
     _need_rank4(ctx, node)
     w_shape = ctx.static_shape(node.input[1], node)
     kernel = list(attrs.get("kernel_shape", w_shape[2:]))
@@ -186,6 +190,30 @@ def _conv(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
         ir_attrs["pads"] = _spatial_pads(ctx, node, attrs, kernel, strides, dil)
     inputs = [ctx.value(n) for n in node.input]
     ctx.emit(node, "ConvTranspose" if node.op_type == "ConvTranspose" else "Conv", inputs, ir_attrs)
+
+
+def _conv1d(ctx: _Ctx, node: Any, attrs: dict[str, Any], x: Value) -> None:
+    """A 1-D (N, C, L) convolution is the 2-D one on (N, C, 1, L): Reshape, Conv with a (.., 1, K)
+    weight and height-1 geometry, Reshape back (Silero VAD's STFT and encoder)."""
+    auto = attrs.get("auto_pad", "NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", "", "VALID"):
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} ({node.op_type}): auto_pad {auto!r} on a 1-D "
+                               "convolution; give pads")
+    if "output_shape" in attrs:
+        raise UnsupportedError(f"{ctx.source}: node {node.name!r} (ConvTranspose): output_shape is not supported; give pads")
+    w = ctx.const(node.input[1], node)
+    weight = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + "_2d"),
+                                    np.ascontiguousarray(w.reshape(w.shape[0], w.shape[1], 1, w.shape[2])))
+    pads = list(attrs.get("pads", [0, 0])) if (auto.decode() if isinstance(auto, bytes) else auto) != "VALID" else [0, 0]
+    ir_attrs: dict[str, Any] = {"strides": [1, *attrs.get("strides", [1])], "dilations": [1, *attrs.get("dilations", [1])],
+                                "group": attrs.get("group", 1), "pads": [0, pads[0], 0, pads[1]]}
+    if node.op_type == "ConvTranspose":
+        ir_attrs["output_padding"] = [0, *attrs.get("output_padding", [0])]
+    name = node.name or node.op_type.lower()
+    x2 = ctx.graph.add("Reshape", x, shape=[0, 0, 1, -1], name=f"{name}_2d")
+    bias = [ctx.value(node.input[2])] if len(node.input) > 2 and node.input[2] else []
+    y2 = ctx.graph.add_node(node.op_type, [x2, weight, *bias], ir_attrs, name=name).outputs[0]
+    ctx.emit(node, "Reshape", [y2], {"shape": [0, 0, -1]}, name=None)
 
 
 @importer("Gemm", emits=("Transpose", "Dense", "Add", "MatMul", "Mul"))

@@ -26,7 +26,8 @@ exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit fo
   quantized per tensor): int32 sums of (qa - za) * (qb - zb), requantized by sa * sb / sy.
 - ReduceSum/ReduceMean: the sum of (q - zx), requantized by sx / sy (/ count); ReduceMax: the
   largest stored value, requantized. ArgMax/TopK compare stored values (ties: the lower index).
-- Gather, DepthToSpace, SpaceToDepth, nearest Resize, Slice and Split move stored values (requantized).
+- Gather, DepthToSpace, SpaceToDepth, nearest Resize, Slice, Split and Pad move stored values
+  (requantized; a constant Pad's value is quantized to the output like a graph input).
 - Softmax, BatchNorm, LayerNorm, GroupNorm, InstanceNorm, linear Resize and ReduceL2: dequantize
   to float32, compute in a fixed float32 operation order (`qcc.sim.f32`; exp is the double result
   rounded once), quantize like a graph input: float islands between int8 tensors.
@@ -432,6 +433,23 @@ def view_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     return [requantize(centered(x, np.asarray(moved)), *pass_params(x, y), y)]
 
 
+def pad_fill(node: Node) -> int:
+    """A constant Pad's value stored in its output's type (quantized like a graph input)."""
+    return int(quantize_input(np.array([node.attrs["value"]], dtype=F32), node.outputs[0])[0])
+
+
+def pad_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Pad: x's stored values requantized to y, padded with y's stored fill (constant) or
+    reflected/repeated stored values."""
+    x, y = node.input(0), node.outputs[0]
+    moved = requantize(centered(x, args[0]), *pass_params(x, y), y)
+    pads = node.attrs["pads"]
+    width = [(pads[i], pads[i + moved.ndim]) for i in range(moved.ndim)]
+    if node.attrs["mode"] == "constant":
+        return [np.pad(moved, width, constant_values=pad_fill(node))]
+    return [np.pad(moved, width, mode=node.attrs["mode"])]
+
+
 def split_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     """Split: the reference kernel moves the integers, each part is requantized to its output."""
     x = node.input(0)
@@ -546,7 +564,7 @@ INTEGER_KERNELS: dict[str, NodeKernel] = {
     "PRelu": prelu_kernel, "MatMul": matmul_kernel, "ReduceSum": reduce_kernel, "ReduceMean": reduce_kernel,
     "ReduceMax": reduce_kernel, "ArgMax": argmax_kernel, "TopK": topk_kernel, "Gather": view_kernel,
     "DepthToSpace": view_kernel, "SpaceToDepth": view_kernel, "Resize": resize_kernel, "Slice": view_kernel,
-    "Split": split_kernel,
+    "Split": split_kernel, "Pad": pad_kernel,
     "LayerNorm": float_island(f32.layernorm), "GroupNorm": float_island(f32.groupnorm),
     "InstanceNorm": float_island(f32.groupnorm), "ReduceL2": float_island(f32.reduce),
 }

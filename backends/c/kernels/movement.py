@@ -73,6 +73,48 @@ def transpose(ks: KernelSet, x: CType, y: CType) -> str:
     return _walk(ks, f"qcc_transpose_{x.suffix}_{y.suffix}", x, y, start=False)
 
 
+def pad(ks: KernelSet, x: CType, y: CType) -> str:
+    """Pad in every mode: y in order; along output axis d, map[offset of d + index] is the source
+    index along d, or -1 where the element is the fill (constant mode; reflect and edge maps
+    never hold -1). The fill is already in y's storage type."""
+    name = f"qcc_pad_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[src]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", "const int32_t *map", f"{y.name} fill",
+              *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long total = 1;
+    long i;
+    int d;
+    for (d = 0; d < p->rank; ++d) {{
+        total *= p->shape[d];
+    }}
+    for (i = 0; i < total; ++i) {{
+        long src = 0, offset = 0;
+        int inside = 1;
+        for (d = 0; d < p->rank; ++d) {{
+            const int32_t s = map[offset + idx[d]];
+            offset += p->shape[d];
+            if (s < 0) {{
+                inside = 0;
+                break;
+            }}
+            src += (long)s * p->stride[d];
+        }}
+        y[i] = inside ? {value} : fill;
+        for (d = p->rank - 1; d >= 0; --d) {{
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            idx[d] = 0;
+        }}
+    }}
+}}
+""", ("perm", *helpers))
+
+
 def strided(ks: KernelSet, x: CType, y: CType) -> str:
     """From element `start` of x with per-axis strides that may be negative (Slice, a Split part)."""
     return _walk(ks, f"qcc_strided_{x.suffix}_{y.suffix}", x, y, start=True)

@@ -204,7 +204,7 @@ class AffineMode(NumericMode):
         "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
         "BatchNorm": shared.batchnorm, **{op: _scalar_table for op in ai.SCALAR_OPERAND_OPS},
         **{op: _binary for op in KE.AFFINE_BINARY},
-        **LAYERS, "PRelu": _prelu, "MatMul": _matmul, "ReduceSum": _reduce, "ReduceMean": _reduce,
+        **LAYERS, "Pad": shared.pad, "PRelu": _prelu, "MatMul": _matmul, "ReduceSum": _reduce, "ReduceMean": _reduce,
         "ReduceMax": _reduce,
     }
 

@@ -116,7 +116,7 @@ class FloatMode(NumericMode):
     lowerings: ClassVar[dict[str, LowerFn]] = {
         "Conv": _conv, "ConvTranspose": _conv_transpose, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
-        "Transpose": shared.transpose, "LRN": _lrn, "MatMul": _matmul, **LAYERS,
+        "Transpose": shared.transpose, "LRN": _lrn, "MatMul": _matmul, "Pad": shared.pad, **LAYERS,
         **{op: shared.unary for op in KE.UNARY},
         **{op: binary for op in KE.BINARY_F32},
     }

@@ -19,6 +19,7 @@ from qcc.ir.core import Node
 from qcc.ir.ops.indexing import gather_indices
 from qcc.ir.ops.normalization import groups_of
 from qcc.ir.ops.tensor import block_transpose
+from qcc.sim import affine_int as ai
 from qcc.sim import fixed as fx
 
 
@@ -281,6 +282,26 @@ def _strided_copy(lw: Lowering, node: Node, y_index: int, slices: list[slice]) -
     params = lw.struct("qcc_perm_t", f"qcc_p_{y.name}", fields)
     fn = KM.strided(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Call(fn, (lw.operand(x, node), Ptr(y), params, str(start), *lw.mode.copy_args(lw, node, x, y)))
+
+
+def pad(lw: Lowering, node: Node) -> Step:
+    """Per-axis source index maps (np.pad of the indices, -1 for the constant fill) and the fill in
+    y's storage (affine: quantized like a graph input, qcc.sim.affine_int.pad_kernel)."""
+    x, y = node.input(0), node.outputs[0]
+    xs, ys = static_shape(x), static_shape(y)
+    pads, mode = node.attrs["pads"], node.attrs["mode"]
+    if len(xs) > MAX_RANK or min(pads, default=0) < 0:
+        raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}" if len(xs) > MAX_RANK else "negative pads (a crop)")
+    maps = [np.pad(np.arange(n), (pads[d], pads[d + len(xs)]), mode=mode, **({"constant_values": -1}
+            if mode == "constant" else {})) for d, n in enumerate(xs)]
+    strides = [int(np.prod(xs[d + 1:])) for d in range(len(xs))]
+    zeros = [0] * (MAX_RANK - len(xs))
+    params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", [len(xs), [*ys, *zeros], [*strides, *zeros]])
+    index = index_array(lw, np.concatenate(maps), f"qcc_i_{node.name}", f"source indices of {node.name} by axis")
+    ct = lw.ctype(y)
+    fill = str(int(ai.pad_fill(node))) if ct.affine is not None else float_literal(node.attrs["value"])
+    fn = KM.pad(lw.kernels, lw.ctype(x), ct)
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, index, fill, *lw.mode.copy_args(lw, node, x, y)))])
 
 
 def slice_(lw: Lowering, node: Node) -> Step:

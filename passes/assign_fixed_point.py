@@ -63,7 +63,7 @@ from qcc.quant.stats import TensorStats
 
 NNB_POSITIONS = (0, 15)
 MULTIPLY_OPS = ("Conv", "ConvTranspose", "Dense", "Mul")
-STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse"}
+STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse", "auto": "mse"}
 FLOAT = 0  # width of a value kept in float
 SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and nnb Add inputs share positions"
 
@@ -192,7 +192,7 @@ class AssignFixedPoint(Pass):
     # ------------------------------------------------------------------ positions
     def _act_position(self, stats: TensorStats, bits: int, partial_sums: int = 1) -> int:
         lo, hi = self.frac_limits
-        if self.method == "mse" and partial_sums > 1:
+        if self.method in ("mse", "auto") and partial_sums > 1:
             return _accumulating_position(stats, bits, partial_sums, lo, hi)
         if self.method == "percentile":
             plo, phi = percentile(stats, self.percentile)
@@ -306,6 +306,8 @@ class AssignFixedPoint(Pass):
             v.meta["rounding"] = self.act_rounding
             v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.method, self.act_rounding,
                                                 relu_only=relu_only(v, graph))
+            if self.method == "auto":  # the least-error position; 'minmax' when it clips nothing
+                v.meta["report"]["chosen"] = "mse" if v.meta["report"].get("clip_fraction") else "minmax"
         for v in values:  # pinned fixed values get report fields too
             if pinned(v) and isinstance(v.quant, FixedPoint):
                 data = param_data(v)

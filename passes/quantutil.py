@@ -17,6 +17,7 @@ import numpy as np
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
+from qcc.ir.types import Sign
 from qcc.pm.base import PassContext
 
 WEIGHT_OPS: dict[str, int] = {"Conv": 0, "ConvTranspose": 1, "Dense": 1}
@@ -33,6 +34,10 @@ SHARED_INPUT_OPS = frozenset({"Add", "Sub"})
 
 ASSIGN_PRODUCT = "quant_assign"
 """model.products key: the annotation pass that ran last (re-run by `sensitivity`)."""
+
+REFINE_PRODUCT = "quant_refine"
+"""model.products key: passes that adjust an annotated model (bias-correct) and must be re-applied
+when the annotations change; each has `undo(model)`."""
 
 NNABLA_OP_ALIASES = {"ReLU": "Relu", "AveragePooling": "AvgPool", "Affine": "Dense",
                      "Convolution": "Conv", "MaxPooling": "MaxPool", "Add2": "Add"}
@@ -84,6 +89,45 @@ def weight_uses(value: Value) -> list[tuple[Node, int]]:
 
 def weight_axis(node: Node) -> int:
     return WEIGHT_OPS[node.op]
+
+
+def clamp_bounds(node: Node) -> tuple[float | None, float | None] | None:
+    """(lower, upper) of a clamping activation (Relu: (0, None), Relu6: (0, 6)); None otherwise.
+
+    A clamp with lower bound 0 commutes with a positive per-channel scale as long as the upper
+    bound is never reached, which is what cross-layer equalization needs to know.
+    """
+    if node.op == "Relu":
+        return 0.0, None
+    if node.op == "Clip":
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        return (None if lo is None else float(lo)), (None if hi is None else float(hi))
+    return None
+
+
+def folds_channels(node: Node) -> bool:
+    """A Conv or Dense with a constant, unshared weight: per-channel maps fold into it on both
+    sides (passes/channel_fold.py knows the layouts)."""
+    if node.op not in ("Conv", "Dense") or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    params = [v for v in node.inputs[1:3] if v is not None]
+    return all(v.const is not None and len(v.uses()) == 1 and not isinstance(v.quant, Sign)
+               and not v.meta.get("pinned") for v in params)
+
+
+CHANNEL_SCALE_OPS = frozenset({"MaxPool", "AvgPool", "GlobalAvgPool", "GlobalMaxPool"})
+
+
+def commutes_with_channel_scale(node: Node) -> bool:
+    """f(x * s) == f(x) * s for a positive per-channel s on axis 1, channel c staying channel c:
+    pooling, and views of an (N, C, 1, ...) tensor to (N, C)."""
+    if node.op in CHANNEL_SCALE_OPS:
+        return True
+    if not is_view(node) or not node.inputs or node.inputs[0] is None:
+        return False
+    src, dst = node.input(0).type.shape, node.outputs[0].type.shape
+    return (len(src) >= 2 and len(dst) >= 2 and src[1] == dst[1]
+            and all(d == 1 for d in (*src[2:], *dst[2:])))
 
 
 def check_finite_params(model: Model) -> None:
@@ -192,6 +236,23 @@ def start_annotation(model: Model, annotation_pass: Any) -> Any:
     return calib
 
 
+def register_refinement(model: Model, refinement: Any) -> None:
+    """Record a pass that refines the annotated model, once per name, in pipeline order."""
+    passes = [p for p in model.products.get(REFINE_PRODUCT, []) if p.name != refinement.name]
+    model.products[REFINE_PRODUCT] = [*passes, refinement]
+
+
+def reannotate(model: Model, ctx: PassContext) -> None:
+    """Run the annotation pass again (it honours changed width/dtype requests), with every
+    refinement undone before and re-applied after, so the model is never half-finished."""
+    refinements = list(model.products.get(REFINE_PRODUCT, []))
+    for refinement in reversed(refinements):
+        refinement.undo(model)
+    model.products[ASSIGN_PRODUCT].run(model, ctx)
+    for refinement in refinements:
+        refinement.run(model, ctx)
+
+
 def keep_unmarked_float(values: Iterable[Value]) -> None:
     """activations=marked: every activation that is not a Quantize output stays float."""
     for v in values:
@@ -251,7 +312,7 @@ def check_choices(options: Any) -> None:
             raise ValueError(f"option {field.name} must be one of {'|'.join(map(str, choices))}, not {value!r}")
 
 
-RangeMethod = Literal["minmax", "percentile", "entropy", "mse"]
+RangeMethod = Literal["minmax", "percentile", "entropy", "mse", "auto"]
 """The --method choices, shared by quantize-affine and assign-fixed-point."""
 
 

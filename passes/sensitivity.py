@@ -29,6 +29,7 @@ from qcc.passes.quantutil import (
     check_choices,
     inherits,
     is_float,
+    reannotate,
     sharing_classes,
 )
 
@@ -171,7 +172,7 @@ class Sensitivity(Pass):
                     v.meta["bits"] = 16
                 elif not v.is_const:
                     v.meta["affine_dtype"] = "int16"
-        assign.run(model, ctx)
+        reannotate(model, ctx)
 
 
 def find_layers(model: Model) -> list[tuple[str, list[Value]]]:

@@ -1,0 +1,356 @@
+"""The `bias-correct` pass: each quantized layer's mean output error moved into its bias.
+
+Runs after the annotation pass (quantize-affine or assign-fixed-point), on the annotated model:
+
+- **empirical** (calibration data given): the model runs as `run_model(quantized=True)` runs it
+  (nnabla-c-runtime's integer kernels for an all fixed-point model, fake quantization
+  otherwise). At each Conv / ConvTranspose / Dense, the stored output is compared with the float
+  layer (float weights and bias) applied to the same stored input; the mean difference per
+  output channel, over the first `samples` samples, is subtracted from the bias. This is the
+  layer's own systematic error: weight rounding times the mean input, truncation toward zero
+  (FIXED8 convolutions truncate once per input channel), the output's and the bias's rounding.
+- **analytical** (no data): (W_q - W) E[x] per output channel, E[x] from the BatchNorm
+  statistics fold-bn kept (a clamped normal through ReLU/ReLU6, Nagel et al. 2019); layers
+  whose input has no such statistics are left as they are, with a report line.
+
+The new bias respects the target's storage: it keeps the annotation the annotation pass gave it
+(int32 at s_x * s_w for affine; the output's width and position for fixed point, which is what
+nnabla-c-runtime requires of a bias), and is clipped to what that storage holds (reported). A
+layer without a bias gets one. Re-running is idempotent: the bias before correction is kept in
+`meta["bias_before_correction"]` and restored first, which is how `sensitivity` and
+`accuracy-control` re-apply the correction after they change annotations.
+Report section `bias_correct`: per layer, the largest shift in units of the output's step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+from qcc.passes.channel_fold import fold_input_affine, layer_bias, output_channels, set_layer_bias
+from qcc.passes.fold_bn import BN_STATS
+from qcc.passes.quantize_affine import annotate_bias
+from qcc.passes.quantreport import parameter_entry
+from qcc.passes.quantutil import (
+    ASSIGN_PRODUCT,
+    WEIGHT_OPS,
+    check_choices,
+    clamp_bounds,
+    commutes_with_channel_scale,
+    is_view,
+    param_data,
+    register_refinement,
+)
+
+from qcc.errors import UsageError
+from qcc.ir.core import Model, Node, Value
+from qcc.ir.registry import get_schema
+from qcc.ir.types import Affine, FixedPoint
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.biascorr import ChannelMean, storable
+from qcc.quant.equalize import clipped_normal_mean
+from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
+from qcc.sim.fakequant import apply_annotation
+
+SECTION = "bias_correct"
+BEFORE = "bias_before_correction"
+"""value.meta key of a corrected bias: its float values before correction."""
+
+
+def _positive(_: Any, attribute: Any, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+
+
+@attrs.frozen
+class BiasCorrect(Pass):
+    """Move each quantized layer's mean output error into its bias (empirical, or from BatchNorm)."""
+
+    name = "bias-correct"
+
+    mode: Literal["auto", "empirical", "analytical"] = attrs.field(
+        default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
+    samples: int = attrs.field(default=256, validator=_positive, metadata={"help": "calibration samples"})
+
+    def __attrs_post_init__(self) -> None:
+        check_choices(self)
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        if model.products.get(ASSIGN_PRODUCT) is None:
+            raise UsageError("pass 'bias-correct' needs an annotation pass before it "
+                             "(quantize-affine or assign-fixed-point)")
+        undo_bias_correction(model)
+        layers = [n for n in model.graph.nodes if _correctable(n)]
+        mode = self.mode
+        if mode == "auto":
+            mode = "empirical" if ctx.calib_data is not None else "analytical"
+        if mode == "empirical":
+            if ctx.calib_data is None:
+                raise UsageError("bias-correct{mode=empirical} needs calibration data (--calib DATA.npz)")
+            shifts = self._measured(model, layers, ctx)
+        else:
+            shifts = {id(n): s for n in layers if (s := _analytical(n, ctx)) is not None}
+        entries = [_apply(model, n, shifts[id(n)], mode) for n in layers if id(n) in shifts]
+        ctx.report[SECTION] = entries
+        register_refinement(model, self)
+        return PassResult(model, bool(entries), frozenset({"*"}))
+
+    def undo(self, model: Model) -> None:
+        """Called before the annotations change (sensitivity, accuracy-control): biases as they were."""
+        undo_bias_correction(model)
+
+    def _measured(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, np.ndarray]:
+        """Sequential correction on one batch of the first `samples` samples; a model with a
+        static batch dimension is measured layer by layer instead (`_own_errors`)."""
+        from qcc.data import bind_inputs
+
+        feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), str(ctx.options.get("calib") or "calibration data"))
+        count = min(len(next(iter(feeds.values()))), self.samples) if feeds else 0
+        feeds = {k: v[:count] for k, v in feeds.items()}
+        static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
+        if static and static[0] != count:
+            return self._own_errors(model, layers, feeds, int(static[0]))
+        return _sequential(model, layers, feeds)
+
+    def _own_errors(self, model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
+                    batch: int) -> dict[int, np.ndarray]:
+        """Per layer, stored output minus the float layer on the same stored input, streamed."""
+        from qcc.sim.compare import quantized_runner
+
+        inputs = {id(n.input(0)) for n in layers}
+        by_output = {id(n.outputs[0]): n for n in layers}
+        means = {id(n): ChannelMean() for n in layers}
+        seen: dict[int, np.ndarray] = {}
+
+        def observe(value: Value, array: np.ndarray) -> None:
+            if id(value) in inputs:
+                seen[id(value)] = array
+            layer = by_output.get(id(value))
+            if layer is not None:
+                reference = _float_layer(layer, seen[id(layer.input(0))])
+                means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
+
+        runner = quantized_runner(model, observe)
+        count = len(next(iter(feeds.values()))) // batch * batch
+        for start in range(0, count, batch):
+            runner.run({k: v[start:start + batch] for k, v in feeds.items()})
+            seen.clear()
+        return {key: m.mean() for key, m in means.items() if m.count}
+
+
+def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each layer in graph order gets the mean of (its stored output - the float model's output)
+    with every earlier layer already corrected: one float run and one quantized run of the whole
+    batch. A kernel wrapper measures each layer and adds its bias change to what it computed
+    (the bias is the last term of every layer's sum), so later layers see the corrected one."""
+    from qcc.sim.compare import passthrough
+    from qcc.sim.fixed import FixedRunner, is_fixed_model
+    from qcc.sim.interpreter import Interpreter
+
+    wanted = {id(n.outputs[0]) for n in layers}
+    reference: dict[int, np.ndarray] = {}
+
+    def keep(value: Value, array: np.ndarray) -> None:
+        if id(value) in wanted:
+            reference[id(value)] = array
+
+    Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
+    for layer in layers:  # a layer without a bias gets a zero one, so the runner stores it
+        if _bias(layer) is None:
+            w = param_data(layer.input(1))
+            assert w is not None
+            _apply(model, layer, np.zeros(output_channels(layer, w)), "")
+    shifts: dict[int, np.ndarray] = {}
+    fixed = is_fixed_model(model)
+    runner: Any = None
+
+    def corrected(original: Any) -> Any:
+        def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+            out = original(node, args)
+            if id(node.outputs[0]) not in wanted:
+                return out  # type: ignore[no-any-return]
+            target = reference[id(node.outputs[0])]
+            stored = np.asarray(out[0])
+            got = runner.dequantize(node.outputs[0], stored) if fixed else _stored_float(node.outputs[0], stored)
+            mean = ChannelMean()
+            mean.add(got.astype(np.float64) - target, _mask(node, target))
+            shift = mean.mean()
+            _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
+            shifts[id(node)] = shifts.get(id(node), 0.0) + shift
+            bias = _bias(node)
+            assert bias is not None
+            if fixed:  # the bias is added last, saturating: add the change of its integers
+                from qcc.sim.fixed import fixed_of, saturate
+
+                out_fixed = fixed_of(node.outputs[0])
+                assert out_fixed is not None
+                change = runner.store_param(bias) - args[2]
+                view = change.reshape(1, -1, *([1] * (stored.ndim - 2)))
+                return [saturate(stored + view, out_fixed.bits)]
+            assert bias.const is not None
+            change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
+            return [(stored + change).astype(stored.dtype)]
+        return kernel
+
+    ops = {n.op for n in layers}
+    if fixed:
+        runner = FixedRunner(model)
+        runner.kernels = {**runner.kernels, **{op: corrected(runner.kernels.get(op, runner.fallback)) for op in ops}}
+    else:
+        runner = Interpreter(model, quantized=True,
+                             kernels={op: corrected(get_schema(op).kernel) for op in ops})
+    runner.run(feeds)
+    undo_bias_correction(model)
+    return shifts
+
+
+def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
+    """The layer in float (float weights and bias) on input x."""
+    bias = _bias(layer)
+    params = [param_data(layer.input(1)), *([bias.const] if bias is not None else [])]
+    return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
+
+
+def _stored_float(value: Value, array: np.ndarray) -> np.ndarray:
+    """What the fake-quantizing interpreter stores for a computed value."""
+    return apply_annotation(array, value.quant, value.meta.get("rounding", "half_even"))
+
+
+def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
+    lo, hi = _active_region(layer)
+    if lo is None and hi is None:
+        return None
+    return (reference > (-np.inf if lo is None else lo)) & (reference < (np.inf if hi is None else hi))
+
+
+def _active_region(layer: Node) -> tuple[float | None, float | None]:
+    """Where the layer's output matters: inside the clamp that alone reads it (ReLU: above 0)."""
+    readers = layer.outputs[0].consumers()
+    bounds = [clamp_bounds(n) for n in readers]
+    if not readers or any(b is None for b in bounds) or len(set(bounds)) != 1:
+        return None, None
+    return bounds[0]  # type: ignore[return-value]
+
+
+def undo_bias_correction(model: Model) -> None:
+    """Restore every bias a previous bias-correct changed."""
+    for value in model.graph.constants:
+        before = value.meta.pop(BEFORE, None)
+        if before is not None:
+            value.const = before
+
+
+def _bias(layer: Node) -> Value | None:
+    return layer.inputs[2] if len(layer.inputs) > 2 else None
+
+
+def _correctable(layer: Node) -> bool:
+    """A quantized Conv / ConvTranspose / Dense whose bias qcc may change."""
+    if layer.op not in WEIGHT_OPS or len(layer.inputs) < 2 or layer.inputs[1] is None:
+        return False
+    x, w, y = layer.input(0), layer.input(1), layer.outputs[0]
+    if not all(isinstance(v.quant, (Affine, FixedPoint)) for v in (x, w, y)) or param_data(w) is None:
+        return False
+    bias = _bias(layer)
+    if bias is None:
+        return True
+    return bias.const is not None and not bias.meta.get("pinned") and isinstance(bias.quant, (Affine, FixedPoint)) \
+        and len(bias.uses()) == 1
+
+
+def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
+    w = param_data(layer.input(1))
+    assert w is not None
+    before = layer_bias(layer, output_channels(layer, w))
+    created = _bias(layer) is None
+    set_layer_bias(model.graph, layer, before - shift)
+    bias = _bias(layer)
+    assert bias is not None and bias.const is not None
+    out = layer.outputs[0].quant
+    if created:
+        if isinstance(out, FixedPoint):
+            bias.quant = FixedPoint(out.bits, out.frac)  # nnb: a bias has its output's type and position
+        else:
+            annotate_bias(layer)
+    bias.meta[BEFORE] = before.astype(bias.const.dtype)
+    clipped = _clip_to_storage(bias)
+    if bias.quant is not None:
+        bias.meta["report"] = parameter_entry(bias.const, bias.quant)
+    step = _output_step(layer)
+    entry: dict[str, Any] = {"layer": layer.name, "mode": mode,
+                             "max_shift_steps": round(float(np.max(np.abs(shift)) / step), 3) if step else None}
+    if clipped:
+        entry["clipped"] = f"{clipped} channel(s) clipped to what {bias.quant} can store"
+    return entry
+
+
+def _clip_to_storage(bias: Value) -> int:
+    quant, data = bias.quant, bias.const
+    assert data is not None
+    if isinstance(quant, FixedPoint):
+        qmin, qmax = fixed_bounds(quant.bits)
+        clipped, n = storable(data.astype(np.float64), np.ldexp(1.0, -quant.frac), qmin, qmax)
+    elif isinstance(quant, Affine):
+        qmin, qmax = AFFINE_DTYPES[quant.dtype]
+        scale = np.asarray(quant.scale, np.float64)
+        clipped, n = storable(data.astype(np.float64), scale, qmin, qmax, np.asarray(quant.zero_point))
+    else:
+        return 0
+    if n:
+        bias.const = clipped.astype(data.dtype)
+    return n
+
+
+def _output_step(layer: Node) -> float | None:
+    quant = layer.outputs[0].quant
+    if isinstance(quant, FixedPoint):
+        return float(np.ldexp(1.0, -quant.frac))
+    if isinstance(quant, Affine):
+        return float(quant.scale[0])
+    return None
+
+
+# ---------------------------------------------------------------------- analytical
+
+
+def _analytical(layer: Node, ctx: PassContext) -> np.ndarray | None:
+    """(W_q - W) E[x] per output channel, or None (noted) when E[x] is unknown."""
+    w = param_data(layer.input(1))
+    assert w is not None
+    mean = expected_input(layer.input(0))
+    channels = layer.input(0).type.shape[1]
+    if mean is None or layer.op == "ConvTranspose" or channels != mean.size:
+        ctx.note(SECTION, f"{layer.name}: no BatchNorm statistics describe its input; not corrected "
+                          "(give calibration data for the empirical correction)")
+        return None
+    error = apply_annotation(w, layer.input(1).quant).astype(np.float64) - w.astype(np.float64)
+    zeros = np.zeros(output_channels(layer, w))
+    _, shift = fold_input_affine(layer, error, zeros, np.ones(mean.size), mean)
+    return shift
+
+
+def expected_input(value: Value) -> np.ndarray | None:
+    """E[x] per channel of an activation, from the BatchNorm statistics of the layer before it
+    (through a clamp, pooling and views)."""
+    clamp: tuple[float | None, float | None] | None = None
+    repeat = 1
+    while BN_STATS not in value.meta:
+        producer = value.producer()
+        if producer is None or not producer.inputs or producer.inputs[0] is None:
+            return None
+        bounds = clamp_bounds(producer)
+        if bounds is not None and clamp is None:
+            clamp = bounds
+        elif is_view(producer) and not commutes_with_channel_scale(producer):
+            src = producer.input(0).type.shape
+            if len(src) < 3 or not all(isinstance(d, int) for d in src[1:]):
+                return None
+            repeat *= math.prod(int(d) for d in src[2:])
+        elif bounds is not None or not commutes_with_channel_scale(producer):
+            return None
+        value = producer.input(0)
+    mean, std = value.meta[BN_STATS]
+    expected = clipped_normal_mean(mean, std, *clamp) if clamp is not None else np.asarray(mean, np.float64)
+    return np.repeat(expected, repeat) if repeat > 1 else expected

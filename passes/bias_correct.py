@@ -41,7 +41,9 @@ from qcc.passes.quantutil import (
     commutes_with_channel_scale,
     is_view,
     param_data,
+    quantized_simulator,
     register_refinement,
+    runs_integer_kernels,
 )
 
 from qcc.errors import UsageError
@@ -117,8 +119,6 @@ class BiasCorrect(Pass):
     def _own_errors(self, model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
                     batch: int) -> dict[int, np.ndarray]:
         """Per layer, stored output minus the float layer on the same stored input, streamed."""
-        from qcc.sim.compare import quantized_runner
-
         inputs = {id(n.input(0)) for n in layers}
         by_output = {id(n.outputs[0]): n for n in layers}
         means = {id(n): ChannelMean() for n in layers}
@@ -132,7 +132,7 @@ class BiasCorrect(Pass):
                 reference = _float_layer(layer, seen[id(layer.input(0))])
                 means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
 
-        runner = quantized_runner(model, observe)
+        runner = quantized_simulator(model, observe)
         count = len(next(iter(feeds.values()))) // batch * batch
         for start in range(0, count, batch):
             runner.run({k: v[start:start + batch] for k, v in feeds.items()})
@@ -146,7 +146,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
     batch. A kernel wrapper measures each layer and adds its bias change to what it computed
     (the bias is the last term of every layer's sum), so later layers see the corrected one."""
     from qcc.sim.compare import passthrough
-    from qcc.sim.fixed import FixedRunner, is_fixed_model
+    from qcc.sim.fixed import FixedRunner
     from qcc.sim.interpreter import Interpreter
 
     wanted = {id(n.outputs[0]) for n in layers}
@@ -163,7 +163,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
             assert w is not None
             _apply(model, layer, np.zeros(output_channels(layer, w)), "")
     shifts: dict[int, np.ndarray] = {}
-    fixed = is_fixed_model(model)
+    fixed = runs_integer_kernels(model)
     runner: Any = None
 
     def corrected(original: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantreport import parameter_entry
-from qcc.passes.quantutil import ASSIGN_PRODUCT, check_choices, param_data
+from qcc.passes.quantutil import ASSIGN_PRODUCT, check_choices, param_data, quantized_simulator
 
 from qcc.errors import InternalError, UsageError
 from qcc.ir.core import Model, Node, Value
@@ -81,7 +81,7 @@ class LearnedRounding(Pass):
 
     def _grams(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, Gram]:
         from qcc.data import bind_inputs
-        from qcc.sim.compare import passthrough, quantized_runner
+        from qcc.sim.compare import passthrough
         from qcc.sim.interpreter import Interpreter
 
         feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), str(ctx.options.get("calib") or "calibration data"))
@@ -101,7 +101,7 @@ class LearnedRounding(Pass):
                 grams[id(layer)].add(_patches(layer, array), _patches(layer, floats[id(value)]))
 
         reference = Interpreter(model, observer=keep, kernels={"Quantize": passthrough})
-        quantized = quantized_runner(model, accumulate)
+        quantized = quantized_simulator(model, accumulate)
         static = model.graph.inputs[0].type.shape[0] if model.graph.inputs else None
         batch = static if isinstance(static, int) else self.batch_size
         count -= count % batch
@@ -127,6 +127,7 @@ class LearnedRounding(Pass):
         if not np.array_equal(stored, w_hat):
             raise InternalError(f"learned-rounding: weight {weight.name!r} does not reproduce its learned "
                                 "grid points under its annotation")
+        weight.meta.setdefault("weight_before_rounding", w)
         weight.const = np.ascontiguousarray(w_hat)
         if weight.quant is not None:
             weight.meta["report"] = {**parameter_entry(w_hat, weight.quant), "rounding": "learned"}

@@ -7,8 +7,9 @@ tensor is a weight, which bias belongs to which output, or which values share an
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import attrs
@@ -236,6 +237,27 @@ def start_annotation(model: Model, annotation_pass: Any) -> Any:
     return calib
 
 
+def runs_integer_kernels(model: Model) -> bool:
+    """Whether the target computes the model with nnabla-c-runtime's truncating integer kernels
+    (qcc.sim.fixed): every activation fixed point and stored by truncation. A fixed-point model
+    for a rounding runtime (onnx-qdq) is simulated value by value instead."""
+    from qcc.sim.fixed import is_fixed_model
+
+    graph = model.graph
+    acts = [v for n in graph.nodes for v in n.outputs]
+    return is_fixed_model(model) and all(v.meta.get("rounding") == "trunc" for v in acts)
+
+
+def quantized_simulator(model: Model, observer: Any = None) -> Any:
+    """The runner whose arithmetic is the target's (see runs_integer_kernels)."""
+    from qcc.sim.fixed import FixedRunner
+    from qcc.sim.interpreter import Interpreter
+
+    if runs_integer_kernels(model):
+        return FixedRunner(model, observer=observer)
+    return Interpreter(model, quantized=True, observer=observer)
+
+
 def register_refinement(model: Model, refinement: Any) -> None:
     """Record a pass that refines the annotated model, once per name, in pipeline order."""
     passes = [p for p in model.products.get(REFINE_PRODUCT, []) if p.name != refinement.name]
@@ -251,6 +273,28 @@ def reannotate(model: Model, ctx: PassContext) -> None:
     model.products[ASSIGN_PRODUCT].run(model, ctx)
     for refinement in refinements:
         refinement.run(model, ctx)
+
+
+ORIGINAL_KEYS = ("bias_before_correction", "weight_before_rounding")
+"""value.meta keys where refinements keep a parameter's float values from before they changed it."""
+
+
+@contextlib.contextmanager
+def original_parameters(model: Model) -> Iterator[None]:
+    """The parameters as the float model had them (before bias-correct / learned-rounding), for a
+    float reference run; the refined ones are back afterwards."""
+    swapped = []
+    for value in model.graph.constants:
+        for key in ORIGINAL_KEYS:
+            if key in value.meta:
+                swapped.append((value, value.const))
+                value.const = value.meta[key]
+                break
+    try:
+        yield
+    finally:
+        for value, const in swapped:
+            value.const = const
 
 
 def keep_unmarked_float(values: Iterable[Value]) -> None:

@@ -96,16 +96,7 @@ class Sensitivity(Pass):
         feeds, _ = bind_inputs(model, dict(ctx.calib_data), str(ctx.options.get("calib") or "calibration data"))
         feeds = {k: v[: self.samples] for k, v in feeds.items()}
         layers = find_layers(model)
-        scores: list[tuple[str, float | None]] = []
-        for name, values in layers:
-            active = {id(v) for v in values}
-
-            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-                return LayerInterpreter(m, a, obs)
-
-            cmp = compare(model, model, feeds, batch_size=self.batch_size, tensors=False,
-                          make_interpreter=only_layer)
-            scores.append((name, cmp.output_sqnr()))
+        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, self.batch_size)))
         baseline = self._measure(model, feeds)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {
@@ -134,7 +125,7 @@ class Sensitivity(Pass):
     def _search(self, model: Model, ctx: PassContext, assign: Pass, layers: list[tuple[str, list[Value]]],
                 order: list[int], feeds: dict[str, np.ndarray], baseline: float | None) -> tuple[float | None, list[int]]:
         """Greedy: promote the next most sensitive layer, re-annotate, measure; keep the best."""
-        saved = {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
+        saved = save_annotations(model)
         scratch = PassContext(analyses=ctx.analyses, calib_data=ctx.calib_data, options=ctx.options)
         best, best_set = baseline, []
         promoted: list[int] = []
@@ -156,23 +147,55 @@ class Sensitivity(Pass):
 
     def _apply(self, model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], chosen: list[int],
                saved: dict[int, tuple[Value, Any, dict[str, Any]]], ctx: PassContext) -> None:
-        for value, quant, meta in saved.values():
-            value.quant, value.meta = quant, copy.copy(meta)
-        fixed = type(assign).__name__ == "AssignFixedPoint"
-        nnb = getattr(assign, "target", "") == "nnb"
-        for index in chosen:
-            for v in promotion_set(model, layers[index][1], nnb):
-                if v.meta.get("pinned"):
-                    continue
-                if self.promote_to == "float":
-                    v.quant = Float32()
-                    v.meta["pinned"] = True
-                    v.meta["float_reason"] = f"sensitivity: layer {layers[index][0]!r} kept in float"
-                elif fixed:
-                    v.meta["bits"] = 16
-                elif not v.is_const:
-                    v.meta["affine_dtype"] = "int16"
-        reannotate(model, ctx)
+        promote(model, assign, layers, {i: self.promote_to for i in chosen}, saved, ctx)
+
+
+def save_annotations(model: Model) -> dict[int, tuple[Value, Any, dict[str, Any]]]:
+    """Every value's annotation and metadata, to promote from (promote restores them first)."""
+    return {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
+
+
+def promote(model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], levels: dict[int, str],
+            saved: dict[int, tuple[Value, Any, dict[str, Any]]], ctx: PassContext) -> None:
+    """Annotations as saved, then layer i promoted to levels[i] ('16' or 'float'), re-annotated
+    with every refinement (bias-correct) re-applied: always a finished model."""
+    for value, quant, meta in saved.values():
+        value.quant, value.meta = quant, copy.copy(meta)
+    fixed = type(assign).__name__ == "AssignFixedPoint"
+    nnb = getattr(assign, "target", "") == "nnb"
+    for index, level in levels.items():
+        for v in promotion_set(model, layers[index][1], nnb):
+            if v.meta.get("pinned"):
+                continue
+            if level == "float":
+                v.quant = Float32()
+                v.meta["pinned"] = True
+                v.meta["float_reason"] = f"layer {layers[index][0]!r} kept in float (promoted)"
+            elif fixed:
+                v.meta["bits"] = 16
+            elif not v.is_const:
+                v.meta["affine_dtype"] = "int16"
+    reannotate(model, ctx)
+
+
+def layer_scores(model: Model, layers: list[tuple[str, list[Value]]], feeds: dict[str, np.ndarray],
+                 batch_size: int) -> list[float | None]:
+    """Output SQNR of the model with only each layer's annotations applied (lowest: most sensitive)."""
+    scores: list[float | None] = []
+    for _, values in layers:
+        active = {id(v) for v in values}
+
+        def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
+            return LayerInterpreter(m, a, obs)
+
+        cmp = compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer)
+        scores.append(cmp.output_sqnr())
+    return scores
+
+
+def sensitivity_order(scores: list[float | None]) -> list[int]:
+    """Layer indices, most sensitive (lowest SQNR) first."""
+    return sorted(range(len(scores)), key=lambda i: _key(scores[i]))
 
 
 def find_layers(model: Model) -> list[tuple[str, list[Value]]]:

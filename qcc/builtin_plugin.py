@@ -20,6 +20,7 @@ BUILTINS = Plugin(
         "bias-correct": "qcc.passes.bias_correct:BiasCorrect",
         "learned-rounding": "qcc.passes.learned_rounding:LearnedRounding",
         "sensitivity": "qcc.passes.sensitivity:Sensitivity",
+        "accuracy-control": "qcc.passes.accuracy_control:AccuracyControl",
         "plan-memory": "qcc.passes.plan_memory:PlanMemory",
         "reorder": "qcc.passes.reorder:Reorder",
     },

@@ -10,7 +10,7 @@ import copy
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,10 @@ from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
 from qcc.pm.manager import PassManager, build_passes, check_order
 from qcc.pm.spec import PassSpec
 
-SCHEMES = ("none", "int8", "uint8", "fixed8", "fixed16", "fixed8-16", "binary-weight", "binary-connect")
-METHODS = ("minmax", "percentile", "entropy", "mse")
+SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "binary-weight",
+           "binary-connect")
+METHODS = ("auto", "minmax", "percentile", "entropy", "mse")
+ROUNDINGS = ("nearest", "learned")
 
 
 @attrs.define
@@ -57,6 +59,11 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    equalize: bool = True  # cross-layer equalization where the scheme has per-tensor weight scales
+    bias_correct: bool = True
+    rounding: str | None = None  # None: the scheme's default (learned for int4/uint4)
+    max_accuracy_drop: float | None = None
+    metric: Callable[..., float] | None = None  # API only: metric(predict) -> score, for max_accuracy_drop
 
 
 def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
@@ -126,6 +133,10 @@ def _compile(
         raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
     if opts.method is not None and opts.method not in METHODS:
         raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
+    if opts.rounding is not None and opts.rounding not in ROUNDINGS:
+        raise UsageError(f"--rounding {opts.rounding!r}: choose one of {', '.join(ROUNDINGS)}")
+    if opts.max_accuracy_drop is not None and not 0 <= opts.max_accuracy_drop < 1:
+        raise UsageError(f"--max-accuracy-drop {opts.max_accuracy_drop}: a fraction in [0, 1) (0.01 = one point)")
     out = os.fspath(output)
     backend = backend_for(out, opts.target)
     if isinstance(model, Model):

@@ -65,7 +65,7 @@ def test_valid_onnx_keeping_names_shapes_and_metadata(compiled: dict[str, Any]) 
     assert interface(proto) == interface(source)
     props = {p.key: p.value for p in proto.metadata_props}
     assert props["qcc.version"] == qcc.__version__
-    assert props["qcc.pipeline"] == ",".join(report["pipeline"]) == "fold-bn,calibrate,quantize-affine"
+    assert props["qcc.pipeline"] == ",".join(report["pipeline"]) == "fold-bn,calibrate,quantize-affine,bias-correct"
     assert proto.opset_import[0].version >= 13
     assert report["target"] == "onnx-qdq" and report["float_fallbacks"] == []
 

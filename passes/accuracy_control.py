@@ -23,7 +23,13 @@ from typing import Any
 import attrs
 import numpy as np
 from qcc.passes.quantutil import ASSIGN_PRODUCT, original_parameters
-from qcc.passes.sensitivity import find_layers, layer_scores, promote, save_annotations, sensitivity_order
+from qcc.passes.sensitivity import (
+    find_layers,
+    layer_scores,
+    promote,
+    save_annotations,
+    sensitivity_order,
+)
 
 from qcc.errors import QccError, UsageError
 from qcc.ir.core import Model

@@ -36,6 +36,7 @@ from qcc.passes.quantreport import parameter_entry
 from qcc.passes.quantutil import (
     ASSIGN_PRODUCT,
     WEIGHT_OPS,
+    calibration_batches,
     check_choices,
     clamp_bounds,
     commutes_with_channel_scale,
@@ -106,38 +107,33 @@ class BiasCorrect(Pass):
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, np.ndarray]:
         """Sequential correction on one batch of the first `samples` samples; a model with a
         static batch dimension is measured layer by layer instead (`_own_errors`)."""
-        from qcc.data import bind_inputs
+        parts = list(calibration_batches(model, ctx, self.samples, self.samples))
+        if len(parts) == 1:
+            return _sequential(model, layers, parts[0])
+        return _own_errors(model, layers, parts)
 
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), str(ctx.options.get("calib") or "calibration data"))
-        count = min(len(next(iter(feeds.values()))), self.samples) if feeds else 0
-        feeds = {k: v[:count] for k, v in feeds.items()}
-        static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
-        if static and static[0] != count:
-            return self._own_errors(model, layers, feeds, int(static[0]))
-        return _sequential(model, layers, feeds)
 
-    def _own_errors(self, model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
-                    batch: int) -> dict[int, np.ndarray]:
-        """Per layer, stored output minus the float layer on the same stored input, streamed."""
-        inputs = {id(n.input(0)) for n in layers}
-        by_output = {id(n.outputs[0]): n for n in layers}
-        means = {id(n): ChannelMean() for n in layers}
-        seen: dict[int, np.ndarray] = {}
+def _own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Per layer, stored output minus the float layer on the same stored input, streamed over the
+    batches (a static batch dimension: the sequential correction needs all samples at once)."""
+    inputs = {id(n.input(0)) for n in layers}
+    by_output = {id(n.outputs[0]): n for n in layers}
+    means = {id(n): ChannelMean() for n in layers}
+    seen: dict[int, np.ndarray] = {}
 
-        def observe(value: Value, array: np.ndarray) -> None:
-            if id(value) in inputs:
-                seen[id(value)] = array
-            layer = by_output.get(id(value))
-            if layer is not None:
-                reference = _float_layer(layer, seen[id(layer.input(0))])
-                means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
+    def observe(value: Value, array: np.ndarray) -> None:
+        if id(value) in inputs:
+            seen[id(value)] = array
+        layer = by_output.get(id(value))
+        if layer is not None:
+            reference = _float_layer(layer, seen[id(layer.input(0))])
+            means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
 
-        runner = quantized_simulator(model, observe)
-        count = len(next(iter(feeds.values()))) // batch * batch
-        for start in range(0, count, batch):
-            runner.run({k: v[start:start + batch] for k, v in feeds.items()})
-            seen.clear()
-        return {key: m.mean() for key, m in means.items() if m.count}
+    runner = quantized_simulator(model, observe)
+    for part in parts:
+        runner.run(part)
+        seen.clear()
+    return {key: m.mean() for key, m in means.items() if m.count}
 
 
 def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:

@@ -41,7 +41,12 @@ from qcc.passes.channel_fold import (
     set_layer_bias,
 )
 from qcc.passes.fold_bn import BN_STATS
-from qcc.passes.quantutil import clamp_bounds, commutes_with_channel_scale, folds_channels
+from qcc.passes.quantutil import (
+    calibration_batches,
+    clamp_bounds,
+    commutes_with_channel_scale,
+    folds_channels,
+)
 
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -137,12 +142,8 @@ class Equalize(Pass):
         wanted = {id(p.clamp.input(0)): p for p in pairs if p.clamp is not None}
         if not wanted or ctx.calib_data is None:
             return
-        from qcc.data import bind_inputs
         from qcc.sim.compare import passthrough
         from qcc.sim.interpreter import Interpreter
-
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data), str(ctx.options.get("calib") or "calibration data"))
-        count = min(len(next(iter(feeds.values()))), self.samples) if feeds else 0
 
         def observe(value: Value, array: np.ndarray) -> None:
             pair = wanted.get(id(value))
@@ -154,8 +155,8 @@ class Equalize(Pass):
             pair.data_hi = hi if pair.data_hi is None else np.maximum(pair.data_hi, hi)
 
         interp = Interpreter(model, observer=observe, kernels={"Quantize": passthrough})
-        for start in range(0, count, 64):
-            interp.run({k: v[start:min(start + 64, count)] for k, v in feeds.items()})
+        for batch in calibration_batches(model, ctx, self.samples, 64):
+            interp.run(batch)
 
     def _limits(self, pair: Pair, ctx: PassContext) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = pair.bounds

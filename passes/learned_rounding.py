@@ -24,7 +24,13 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantreport import parameter_entry
-from qcc.passes.quantutil import ASSIGN_PRODUCT, check_choices, param_data, quantized_simulator
+from qcc.passes.quantutil import (
+    ASSIGN_PRODUCT,
+    calibration_batches,
+    check_choices,
+    param_data,
+    quantized_simulator,
+)
 
 from qcc.errors import InternalError, UsageError
 from qcc.ir.core import Model, Node, Value
@@ -80,12 +86,9 @@ class LearnedRounding(Pass):
         return PassResult(model, bool(entries), frozenset({"*"}))
 
     def _grams(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, Gram]:
-        from qcc.data import bind_inputs
         from qcc.sim.compare import passthrough
         from qcc.sim.interpreter import Interpreter
 
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), str(ctx.options.get("calib") or "calibration data"))
-        count = min(len(next(iter(feeds.values()))), self.samples) if feeds else 0
         readers: dict[int, list[Node]] = {}
         for layer in layers:
             readers.setdefault(id(layer.input(0)), []).append(layer)
@@ -102,11 +105,7 @@ class LearnedRounding(Pass):
 
         reference = Interpreter(model, observer=keep, kernels={"Quantize": passthrough})
         quantized = quantized_simulator(model, accumulate)
-        static = model.graph.inputs[0].type.shape[0] if model.graph.inputs else None
-        batch = static if isinstance(static, int) else self.batch_size
-        count -= count % batch
-        for start in range(0, count, batch):
-            part = {k: v[start:start + batch] for k, v in feeds.items()}
+        for part in calibration_batches(model, ctx, self.samples, self.batch_size):
             reference.run(part)
             quantized.run(part)
             floats.clear()

@@ -258,6 +258,20 @@ def quantized_simulator(model: Model, observer: Any = None) -> Any:
     return Interpreter(model, quantized=True, observer=observer)
 
 
+def calibration_batches(model: Model, ctx: PassContext, samples: int,
+                        batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+    """The first `samples` calibration samples in batches (a static batch dimension wins; a
+    remainder it cannot hold is dropped)."""
+    from qcc.data import bind_inputs
+
+    feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), str(ctx.options.get("calib") or "calibration data"))
+    count = min(len(next(iter(feeds.values()))), samples) if feeds else 0
+    static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
+    batch = int(static[0]) if static else batch_size
+    for start in range(0, count - count % batch if static else count, batch):
+        yield {k: v[start:start + batch] for k, v in feeds.items()}
+
+
 def register_refinement(model: Model, refinement: Any) -> None:
     """Record a pass that refines the annotated model, once per name, in pipeline order."""
     passes = [p for p in model.products.get(REFINE_PRODUCT, []) if p.name != refinement.name]

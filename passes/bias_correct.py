@@ -75,7 +75,8 @@ class BiasCorrect(Pass):
 
     mode: Literal["auto", "empirical", "analytical"] = attrs.field(
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
-    samples: int = attrs.field(default=256, validator=_positive, metadata={"help": "calibration samples"})
+    samples: int = attrs.field(default=32, validator=_positive,
+                               metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)

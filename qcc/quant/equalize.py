@@ -62,13 +62,16 @@ def limit_scales(s: np.ndarray, total: np.ndarray, smin: np.ndarray, smax: np.nd
     return np.clip(total * s, np.maximum(smin, 1e-30), smax) / total
 
 
-def absorbable_shift(data_lo: np.ndarray, data_hi: np.ndarray, clamp_hi: float | None) -> np.ndarray:
-    """The shift c >= 0 a clamp(x, 0, hi) input can lose exactly on the data: its minimum, where
-    positive and the clamp's upper bound is never reached."""
-    lo = np.maximum(np.asarray(data_lo, np.float64), 0.0)
+def absorbable_shift(data_lo: np.ndarray, data_hi: np.ndarray, clamp_hi: float | None,
+                     margin: float = 0.5) -> np.ndarray:
+    """The shift c >= 0 a clamp(x, 0, hi) input can lose: its minimum on the data less `margin`
+    times its observed span (inputs a little outside the calibration data stay above it), where
+    positive and where twice the channel's peak stays below the clamp's upper bound."""
+    lo, hi = np.asarray(data_lo, np.float64), np.asarray(data_hi, np.float64)
+    c = np.maximum(lo - margin * (hi - lo), 0.0)
     if clamp_hi is None:
-        return lo
-    return np.where(np.asarray(data_hi, np.float64) < clamp_hi, lo, 0.0)
+        return c
+    return np.where(2.0 * hi < clamp_hi, c, 0.0)
 
 
 def normal_shift(mean: np.ndarray, std: np.ndarray, clamp_hi: float | None, k: float = 3.0) -> np.ndarray:

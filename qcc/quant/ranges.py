@@ -192,7 +192,8 @@ PERCENTILES = (99.0, 99.9, 99.99, 99.999)
 """Percentile ranges `mse` always considers, so it is never worse than any of them."""
 
 _COARSE = 64  # geometric grid over 12 octaves below the observed extreme
-_FINE = 24  # linear refinement between the best coarse candidate's neighbours
+_LINEAR = 128  # and a linear one, extreme * k / 128 (what mse searched before)
+_FINE = 24  # linear refinement between the best candidate's neighbours
 _EXACT = 6  # screened candidates integrated exactly
 _OCTAVES = 12
 _ROUNDS = 3  # coordinate-descent rounds for an asymmetric range of signed data
@@ -212,8 +213,9 @@ def mse(
     Each candidate is scored with the exact scale and zero point affine_params gives it
     (qcc.quant.histerr integrates rounding and clipping error over the histogram). The search:
     the observed range and the PERCENTILES ranges, then per bound a geometric grid over 12
-    octaves below the observed extreme (so an optimum at 1/1000 of a heavy tail is found) and a
-    linear refinement around the best; a symmetric grid moves one threshold, a one-sided tensor
+    octaves below the observed extreme (so an optimum at 1/1000 of a heavy tail is found) with a
+    linear grid of 128 steps, screened in O(bins) (histerr.approx_sq_error) before the best are
+    integrated exactly, and a linear refinement around the best; a symmetric grid moves one threshold, a one-sided tensor
     its upper bound, an asymmetric range of signed data both bounds in turn (coordinate descent).
     The result is never worse than minmax or those percentiles; ties keep the widest range.
     """
@@ -289,11 +291,12 @@ def _line_search(stats: TensorStats, quantizer: tuple[str, bool, bool], best: tu
     the few best are integrated exactly."""
     if extreme <= 0.0:
         return best, best_err
-    ts = extreme * np.exp2(-np.linspace(0.0, _OCTAVES, _COARSE))
+    ts = np.unique(np.concatenate([extreme * np.exp2(-np.linspace(0.0, _OCTAVES, _COARSE)),
+                                   extreme * np.arange(1, _LINEAR + 1) / _LINEAR]))
     cands, errors = _screened(stats, quantizer, [make(float(t)) for t in ts], _EXACT)
     found, found_err = _pick([best, *cands], np.concatenate([[best_err], errors]))
     i = int(np.argmin(np.abs(ts - max(abs(x) for x in found))))
-    fine_ts = np.linspace(float(ts[min(i + 1, len(ts) - 1)]), float(ts[max(i - 1, 0)]), _FINE)
+    fine_ts = np.linspace(float(ts[max(i - 1, 0)]), float(ts[min(i + 1, len(ts) - 1)]), _FINE)
     fine, fine_err = _screened(stats, quantizer, [make(float(t)) for t in fine_ts], _EXACT // 2)
     return _pick([found, *fine], np.concatenate([[found_err], fine_err]))
 

@@ -179,13 +179,17 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
             bias = _bias(node)
             assert bias is not None
             if fixed:  # the bias is added last, saturating: add the change of its integers
-                from qcc.sim.fixed import fixed_of, saturate
+                from qcc.quant.numerics import fixed_bounds
+                from qcc.sim.fixed import fixed_of
 
                 out_fixed = fixed_of(node.outputs[0])
                 assert out_fixed is not None
-                change = runner.store_param(bias) - args[2]
-                view = change.reshape(1, -1, *([1] * (stored.ndim - 2)))
-                return [saturate(stored + view, out_fixed.bits)]
+                new_bias = runner.store_param(bias)
+                lo, hi = fixed_bounds(out_fixed.bits)
+                if np.any((stored <= lo) | (stored >= hi)):  # saturated somewhere: compute it again
+                    return original(node, [*args[:2], new_bias])  # type: ignore[no-any-return]
+                view = (new_bias - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
+                return [stored + view]
             assert bias.const is not None
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
             return [(stored + change).astype(stored.dtype)]
@@ -216,10 +220,29 @@ def _stored_float(value: Value, array: np.ndarray) -> np.ndarray:
 
 
 def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
+    """Where a change of the bias changes what the model computes: inside the clamp that reads
+    the output (ReLU: above 0) and inside what the output's annotation can store (a saturated
+    value does not move)."""
     lo, hi = _active_region(layer)
+    storable_range = output_range(layer.outputs[0].quant)
+    if storable_range is not None:
+        lo = storable_range[0] if lo is None else max(lo, storable_range[0])
+        hi = storable_range[1] if hi is None else min(hi, storable_range[1])
     if lo is None and hi is None:
         return None
     return (reference > (-np.inf if lo is None else lo)) & (reference < (np.inf if hi is None else hi))
+
+
+def output_range(quant: Any) -> tuple[float, float] | None:
+    """The values a per-tensor annotation can store."""
+    if isinstance(quant, FixedPoint):
+        qmin, qmax = fixed_bounds(quant.bits)
+        return float(np.ldexp(qmin, -quant.frac)), float(np.ldexp(qmax, -quant.frac))
+    if isinstance(quant, Affine) and quant.axis is None:
+        qmin, qmax = AFFINE_DTYPES[quant.dtype]
+        scale, zp = float(quant.scale[0]), int(quant.zero_point[0])
+        return (qmin - zp) * scale, (qmax - zp) * scale
+    return None
 
 
 def _active_region(layer: Node) -> tuple[float | None, float | None]:
@@ -258,11 +281,13 @@ def _correctable(layer: Node) -> bool:
 
 
 def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
+    """bias := (the bias as stored) - shift: the stored bias moves by the grid step nearest to
+    the shift (correcting the float bias instead would add its own rounding, up to a step)."""
     w = param_data(layer.input(1))
     assert w is not None
     before = layer_bias(layer, output_channels(layer, w))
     created = _bias(layer) is None
-    set_layer_bias(model.graph, layer, before - shift)
+    set_layer_bias(model.graph, layer, before)
     bias = _bias(layer)
     assert bias is not None and bias.const is not None
     out = layer.outputs[0].quant
@@ -272,6 +297,8 @@ def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str,
         else:
             annotate_bias(layer)
     bias.meta[BEFORE] = before.astype(bias.const.dtype)
+    stored = apply_annotation(before.astype(np.float64), bias.quant) if bias.quant is not None else before
+    bias.const = (np.asarray(stored, np.float64) - shift).astype(bias.const.dtype)
     clipped = _clip_to_storage(bias)
     if bias.quant is not None:
         bias.meta["report"] = parameter_entry(bias.const, bias.quant)

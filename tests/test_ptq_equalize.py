@@ -78,7 +78,7 @@ def compiled(mobilenet_digits_files: NetFiles, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("scheme", ["int8", "fixed8"])
 def test_default_per_tensor_and_fixed8_within_one_point_of_float(compiled: dict[str, Any], scheme: str) -> None:
-    _, model, report = compiled[scheme]
+    _, _, report = compiled[scheme]
     ev = report["eval"]
     assert ev["quantized_accuracy"] >= ev["float_accuracy"] - 0.01
     assert "equalize" in report["pipeline"]

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from qcc.passes.bias_correct import expected_input
+from qcc.passes.quantutil import quantized_simulator
 
 from qcc.driver import load
 from qcc.ir.core import Model
 from qcc.ir.types import Affine, FixedPoint
-from qcc.passes.bias_correct import expected_input
-from qcc.passes.quantutil import quantized_simulator
 from qcc.pm import PassContext, PassManager
 from qcc.quant.biascorr import storable
 from qcc.quant.equalize import clipped_normal_mean

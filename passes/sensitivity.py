@@ -6,7 +6,8 @@
    runs the fake-quantizing interpreter (storage rounding, not a target's integer kernels).
 2. With `max_layers` or `target_sqnr`, the most sensitive layers are promoted one by one (to 16
    bits or to float, `promote_to`), re-running the annotation pass that ran before this one
-   (quantize-affine or assign-fixed-point, which honour the promotion like a user override),
+   (quantize-affine or assign-fixed-point, which honour the promotion like a user override;
+   affine 16 bits: int16 activations and weights),
    and the whole model's output SQNR is measured (bit-exact integer kernels for an all fixed-point
    model). It stops when the target is met or the layers run out, and always leaves the model
    with the best output SQNR it saw, never a half-finished one (Neural Compressor #2261).
@@ -31,6 +32,7 @@ from qcc.passes.quantutil import (
     is_float,
     reannotate,
     sharing_classes,
+    weight_uses,
 )
 
 from qcc.errors import QccError, UsageError
@@ -173,7 +175,7 @@ def promote(model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], l
                 v.meta["float_reason"] = f"layer {layers[index][0]!r} kept in float (promoted)"
             elif fixed:
                 v.meta["bits"] = 16
-            elif not v.is_const:
+            elif not any(i == 2 for _, i in weight_uses(v)):  # activations and weights; a bias stays int32
                 v.meta["affine_dtype"] = "int16"
     reannotate(model, ctx)
 

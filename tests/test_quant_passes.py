@@ -290,9 +290,14 @@ def test_default_pipelines() -> None:
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", "onnx", opts) == ""
     assert default_pipeline("uint8", "onnx-qdq", opts) == \
-        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=minmax}"
-    assert default_pipeline("fixed8", "nnb", opts).endswith(
-        "{bits=8,weight_bits=8,method=mse,target=nnb},plan-memory{kind=shared}")
+        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,weight_dtype=uint8,per_channel=true," \
+        "method=auto},bias-correct"
+    assert default_pipeline("fixed8", "nnb", opts) == \
+        "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto,target=nnb}," \
+        "bias-correct,plan-memory{kind=shared}"
+    assert default_pipeline("int4", "onnx-qdq", opts) == \
+        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=int8,weight_dtype=int4,per_channel=true," \
+        "method=auto},learned-rounding,bias-correct"
     assert "target=generic" in default_pipeline("fixed16", "onnx-qdq", opts)
     assert default_pipeline("binary-connect", "nnb", opts) == \
         "binarize-weights{mode=binary-connect},plan-memory{kind=shared}"
@@ -300,7 +305,8 @@ def test_default_pipelines() -> None:
     with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
                                         "method": "entropy"})
     assert default_pipeline("int8", "onnx", with_overrides) == \
-        "fold-bn,apply-overrides,calibrate,quantize-affine{dtype=int8,per_channel=false,method=entropy}"
-    for scheme in ("int8", "uint8", "fixed8", "fixed16", "fixed8-16"):
+        "fold-bn,apply-overrides,equalize,calibrate,quantize-affine{dtype=int8,weight_dtype=int8," \
+        "per_channel=false,method=entropy}"  # the float onnx target: no bias-correct
+    for scheme in ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16"):
         with pytest.raises(UsageError, match="--calib"):
             default_pipeline(scheme, "onnx", SimpleNamespace(**{**vars(opts), "calib": None}))

@@ -75,7 +75,7 @@ class BiasCorrect(Pass):
 
     mode: Literal["auto", "empirical", "analytical"] = attrs.field(
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
-    samples: int = attrs.field(default=32, validator=_positive,
+    samples: int = attrs.field(default=16, validator=_positive,
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
 
     def __attrs_post_init__(self) -> None:
@@ -143,7 +143,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
     batch. A kernel wrapper measures each layer and adds its bias change to what it computed
     (the bias is the last term of every layer's sum), so later layers see the corrected one."""
     from qcc.sim.compare import passthrough
-    from qcc.sim.fixed import FixedRunner
+    from qcc.sim.fixed import FixedRunner, dedicated_problem
     from qcc.sim.interpreter import Interpreter
 
     wanted = {id(n.outputs[0]) for n in layers}
@@ -165,9 +165,12 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
 
     def corrected(original: Any) -> Any:
         def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-            out = original(node, args)
             if id(node.outputs[0]) not in wanted:
-                return out  # type: ignore[no-any-return]
+                return original(node, args)  # type: ignore[no-any-return]
+            exact_add = fixed and dedicated_problem(node) is None
+            # the integer kernels add the bias last, saturating: compute the sum once, add either bias
+            partial = original(node, args[:2])[0] if exact_add else None
+            out = [_add_bias(node, partial, args[2])] if exact_add else original(node, args)
             target = reference[id(node.outputs[0])]
             stored = np.asarray(out[0])
             got = runner.dequantize(node.outputs[0], stored) if fixed else _stored_float(node.outputs[0], stored)
@@ -177,22 +180,13 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
             _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
             bias = _bias(node)
-            assert bias is not None
-            if fixed:  # the bias is added last, saturating: add the change of its integers
-                from qcc.quant.numerics import fixed_bounds
-                from qcc.sim.fixed import fixed_of
-
-                out_fixed = fixed_of(node.outputs[0])
-                assert out_fixed is not None
-                new_bias = runner.store_param(bias)
-                lo, hi = fixed_bounds(out_fixed.bits)
-                if np.any((stored <= lo) | (stored >= hi)):  # saturated somewhere: compute it again
-                    return original(node, [*args[:2], new_bias])  # type: ignore[no-any-return]
-                view = (new_bias - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
-                return [stored + view]
-            assert bias.const is not None
+            assert bias is not None and bias.const is not None
+            if exact_add:
+                return [_add_bias(node, partial, runner.store_param(bias))]
+            if fixed:  # a generic kernel (mixed types): compute it again
+                return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
-            return [(stored + change).astype(stored.dtype)]
+            return [(stored + change).astype(stored.dtype)]  # before storage: the bias is the last term
         return kernel
 
     ops = {n.op for n in layers}
@@ -205,6 +199,16 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
     runner.run(feeds)
     undo_bias_correction(model)
     return shifts
+
+
+def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
+    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
+    from qcc.sim.fixed import bias_ints, fixed_of, sat_add
+
+    out = fixed_of(node.outputs[0])
+    assert out is not None and partial is not None
+    view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
+    return sat_add(partial, view, out.bits)
 
 
 def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:

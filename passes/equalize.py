@@ -109,7 +109,7 @@ class Equalize(Pass):
     iterations: int = attrs.field(default=20, validator=_positive, metadata={"help": "equalization sweeps at most"})
     absorb_bias: bool = attrs.field(default=True, metadata={"help": "high-bias absorption"})
     dead_channels: bool = attrs.field(default=True, metadata={"help": "zero what reads a dead channel"})
-    samples: int = attrs.field(default=128, validator=_positive,
+    samples: int = attrs.field(default=64, validator=_positive,
                                metadata={"help": "calibration samples for per-channel ranges"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:

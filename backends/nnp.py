@@ -26,7 +26,8 @@ from qcc.ir.types import Affine, FixedPoint, Float32, Sign
 from qcc.tables import registrar
 
 EXECUTOR = "Runtime"
-AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                 "int4": (-8, 7), "uint4": (0, 15)}
 
 
 class NnpWriter:

@@ -48,7 +48,7 @@ from qcc.passes.quantutil import (
 )
 
 from qcc.errors import UsageError
-from qcc.ir.core import Model, Node, Value
+from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -155,10 +155,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
 
     Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
     for layer in layers:  # a layer without a bias gets a zero one, so the runner stores it
-        if _bias(layer) is None:
-            w = param_data(layer.input(1))
-            assert w is not None
-            _apply(model, layer, np.zeros(output_channels(layer, w)), "")
+        ensure_bias(model.graph, layer)
     shifts: dict[int, np.ndarray] = {}
     fixed = runs_integer_kernels(model)
     runner: Any = None
@@ -287,19 +284,9 @@ def _correctable(layer: Node) -> bool:
 def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
     """bias := (the bias as stored) - shift: the stored bias moves by the grid step nearest to
     the shift (correcting the float bias instead would add its own rounding, up to a step)."""
-    w = param_data(layer.input(1))
-    assert w is not None
-    before = layer_bias(layer, output_channels(layer, w))
-    created = _bias(layer) is None
-    set_layer_bias(model.graph, layer, before)
-    bias = _bias(layer)
-    assert bias is not None and bias.const is not None
-    out = layer.outputs[0].quant
-    if created:
-        if isinstance(out, FixedPoint):
-            bias.quant = FixedPoint(out.bits, out.frac)  # nnb: a bias has its output's type and position
-        else:
-            annotate_bias(layer)
+    before = layer_bias(layer, output_channels(layer, _weight(layer)))
+    bias = ensure_bias(model.graph, layer)
+    assert bias.const is not None
     bias.meta[BEFORE] = before.astype(bias.const.dtype)
     stored = apply_annotation(before.astype(np.float64), bias.quant) if bias.quant is not None else before
     bias.const = (np.asarray(stored, np.float64) - shift).astype(bias.const.dtype)
@@ -312,6 +299,29 @@ def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str,
     if clipped:
         entry["clipped"] = f"{clipped} channel(s) clipped to what {bias.quant} can store"
     return entry
+
+
+def _weight(layer: Node) -> np.ndarray:
+    w = param_data(layer.input(1))
+    assert w is not None
+    return w
+
+
+def ensure_bias(graph: Graph, layer: Node) -> Value:
+    """The layer's bias; a zero one, annotated as the target stores biases, if it has none (int32
+    at s_x * s_w for affine; the output's type and position for fixed point, the nnb rule)."""
+    bias = _bias(layer)
+    if bias is not None:
+        return bias
+    set_layer_bias(graph, layer, np.zeros(output_channels(layer, _weight(layer))))
+    bias = _bias(layer)
+    assert bias is not None
+    out = layer.outputs[0].quant
+    if isinstance(out, FixedPoint):
+        bias.quant = FixedPoint(out.bits, out.frac)
+    else:
+        annotate_bias(layer)
+    return bias
 
 
 def _clip_to_storage(bias: Value) -> int:

@@ -289,7 +289,7 @@ def reannotate(model: Model, ctx: PassContext) -> None:
         refinement.run(model, ctx)
 
 
-ORIGINAL_KEYS = ("bias_before_correction", "weight_before_rounding")
+ORIGINAL_KEYS = ("weight_before_rounding", "bias_before_rounding", "bias_before_correction")
 """value.meta keys where refinements keep a parameter's float values from before they changed it."""
 
 

@@ -58,15 +58,25 @@ class Gram:
     fq: np.ndarray | None = None
     ff: np.ndarray | None = None
     count: int = 0
+    sum_q: np.ndarray | None = None  # (group, K): for the layer's mean output error
+    sum_f: np.ndarray | None = None
 
     def add(self, xq: np.ndarray, xf: np.ndarray) -> None:
         """xq, xf: (group, K, P) patches of the same positions."""
         parts = (xq @ xq.transpose(0, 2, 1), xf @ xq.transpose(0, 2, 1), xf @ xf.transpose(0, 2, 1))
-        if self.qq is None or self.fq is None or self.ff is None:
+        if self.qq is None or self.fq is None or self.ff is None or self.sum_q is None or self.sum_f is None:
             self.qq, self.fq, self.ff = parts
+            self.sum_q, self.sum_f = xq.sum(axis=2), xf.sum(axis=2)
         else:
             self.qq, self.fq, self.ff = self.qq + parts[0], self.fq + parts[1], self.ff + parts[2]
+            self.sum_q, self.sum_f = self.sum_q + xq.sum(axis=2), self.sum_f + xf.sum(axis=2)
         self.count += xq.shape[2]
+
+    def mean_error(self, w_hat: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """E[W~ x_q - W x_f] per output (group, outputs per group): the layer's systematic error."""
+        assert self.sum_q is not None and self.sum_f is not None
+        n = max(self.count, 1)
+        return np.einsum("gok,gk->go", w_hat, self.sum_q / n) - np.einsum("gok,gk->go", w, self.sum_f / n)
 
 
 @attrs.frozen

@@ -22,7 +22,12 @@ from typing import Any
 
 import attrs
 import numpy as np
-from qcc.passes.quantutil import ASSIGN_PRODUCT, original_parameters
+from qcc.passes.quantutil import (
+    annotation_pass,
+    at_least,
+    calibration_data,
+    original_parameters,
+)
 from qcc.passes.sensitivity import (
     find_layers,
     layer_scores,
@@ -44,16 +49,6 @@ Metric = Callable[[Predict], float]
 and returns its outputs by name; returns a score, higher is better (e.g. top-1 accuracy)."""
 
 
-def _non_negative(_: Any, attribute: Any, value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
-
-
-def _positive(_: Any, attribute: Any, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
-
-
 @attrs.frozen
 class AccuracyControl(Pass):
     """Promote the most sensitive layers (16-bit, then float) until the metric drop is at most max_drop."""
@@ -61,21 +56,17 @@ class AccuracyControl(Pass):
     name = "accuracy-control"
     requires = ("calibrate",)
 
-    max_drop: float = attrs.field(default=0.01, validator=_non_negative,
+    max_drop: float = attrs.field(default=0.01, validator=at_least(0),
                                   metadata={"help": "largest allowed metric drop (0.01: one point of top-1)"})
-    samples: int = attrs.field(default=128, validator=_positive,
+    samples: int = attrs.field(default=128, validator=at_least(1),
                                metadata={"help": "calibration samples for the sensitivity ranking"})
-    batch_size: int = attrs.field(default=64, validator=_positive, metadata={"help": "batch"})
+    batch_size: int = attrs.field(default=64, validator=at_least(1), metadata={"help": "batch"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from qcc.data import bind_inputs
 
-        assign = model.products.get(ASSIGN_PRODUCT)
-        if assign is None:
-            raise UsageError("pass 'accuracy-control' needs an annotation pass before it "
-                             "(quantize-affine or assign-fixed-point)")
-        if ctx.calib_data is None:
-            raise UsageError("pass 'accuracy-control' needs calibration data (--calib DATA.npz)")
+        assign = annotation_pass(model, self.name)
+        data = calibration_data(ctx, self.name)
         measure, what = self._metric(model, ctx)
         with original_parameters(model):
             reference = measure(False)
@@ -86,7 +77,7 @@ class AccuracyControl(Pass):
         score = start
         layers = find_layers(model)
         if reference - start > self.max_drop and layers:
-            feeds, _ = bind_inputs(model, dict(ctx.calib_data), str(ctx.options.get("calib") or "calibration data"))
+            feeds, _ = bind_inputs(model, dict(data), str(ctx.options.get("calib") or "calibration data"))
             feeds = {k: v[: self.samples] for k, v in feeds.items()}
             order = sensitivity_order(layer_scores(model, layers, feeds, self.batch_size))
             saved = save_annotations(model)

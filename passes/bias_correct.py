@@ -34,8 +34,9 @@ from qcc.passes.fold_bn import BN_STATS
 from qcc.passes.quantize_affine import annotate_bias
 from qcc.passes.quantreport import parameter_entry
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
     WEIGHT_OPS,
+    annotation_pass,
+    at_least,
     calibration_batches,
     check_choices,
     clamp_bounds,
@@ -62,11 +63,6 @@ BEFORE = "bias_before_correction"
 """value.meta key of a corrected bias: its float values before correction."""
 
 
-def _positive(_: Any, attribute: Any, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
-
-
 @attrs.frozen
 class BiasCorrect(Pass):
     """Move each quantized layer's mean output error into its bias (empirical, or from BatchNorm)."""
@@ -75,16 +71,14 @@ class BiasCorrect(Pass):
 
     mode: Literal["auto", "empirical", "analytical"] = attrs.field(
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
-    samples: int = attrs.field(default=16, validator=_positive,
+    samples: int = attrs.field(default=16, validator=at_least(1),
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        if model.products.get(ASSIGN_PRODUCT) is None:
-            raise UsageError("pass 'bias-correct' needs an annotation pass before it "
-                             "(quantize-affine or assign-fixed-point)")
+        annotation_pass(model, self.name)
         undo_bias_correction(model)
         layers = [n for n in model.graph.nodes if _correctable(n)]
         mode = self.mode

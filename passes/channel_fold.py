@@ -40,14 +40,14 @@ def input_view(layer: Node, w: np.ndarray, per_channel: np.ndarray) -> np.ndarra
     if layer.op == "Dense":  # w (K, M): row k reads input k
         return per_channel.reshape(-1, 1)
     group = int(layer.attrs["group"])  # w (O, C/g, kh, kw): output o of group o // (O/g) reads g*(C/g) + i
-    per_group = w.shape[1]
-    index = (np.arange(w.shape[0]) // (w.shape[0] // group))[:, None] * per_group + np.arange(per_group)
-    return per_channel[index].reshape(*index.shape, *([1] * (w.ndim - 2)))
+    o, per_group = w.shape[0], w.shape[1]
+    grouped = np.broadcast_to(per_channel.reshape(group, 1, per_group), (group, o // group, per_group))
+    return grouped.reshape(o, per_group, *([1] * (w.ndim - 2)))
 
 
 def output_ranges(layer: Node, w: np.ndarray) -> np.ndarray:
     """max |W| per output channel."""
-    a = np.abs(w.astype(np.float64))
+    a = np.abs(np.asarray(w, dtype=np.float64))
     if layer.op == "Conv":
         return a.reshape(a.shape[0], -1).max(axis=1)
     if layer.op == "Dense":
@@ -59,14 +59,12 @@ def output_ranges(layer: Node, w: np.ndarray) -> np.ndarray:
 
 def input_ranges(layer: Node, w: np.ndarray, channels: int) -> np.ndarray:
     """max |W| over everything one input channel (of a Conv or Dense) is multiplied by."""
-    a = np.abs(w.astype(np.float64))
+    a = np.abs(np.asarray(w, dtype=np.float64))
     if layer.op == "Dense":
         return a.max(axis=1)
-    taps = a.reshape(a.shape[0], a.shape[1], -1).max(axis=2)
-    index = input_view(layer, w, np.arange(channels))[..., 0, 0]
-    out = np.zeros(channels)
-    np.maximum.at(out, index.reshape(-1), taps.reshape(-1))
-    return out
+    group = int(layer.attrs["group"])
+    taps = a.reshape(group, a.shape[0] // group, a.shape[1], -1).max(axis=(1, 3))  # (group, C/g)
+    return taps.reshape(channels)
 
 
 def fold_output_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
@@ -78,6 +76,8 @@ def fold_output_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
 def fold_input_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
                       t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(W', b') with layer'(x) = layer(x*s + t) (t read at every tap: no padding, or t = 0)."""
+    if not np.any(t):
+        return w * input_view(layer, w, s), b
     if layer.op == "Dense":
         extra = (w * t.reshape(-1, 1)).sum(axis=0)
     else:

@@ -42,6 +42,7 @@ from qcc.passes.channel_fold import (
 )
 from qcc.passes.fold_bn import BN_STATS
 from qcc.passes.quantutil import (
+    at_least,
     calibration_batches,
     clamp_bounds,
     commutes_with_channel_scale,
@@ -95,21 +96,16 @@ class Pair:
         return " -> ".join([self.a.name, *(n.op for n in self.between), self.b.name])
 
 
-def _positive(_: Any, attribute: Any, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
-
-
 @attrs.frozen
 class Equalize(Pass):
     """Cross-layer equalization, dead-channel cleanup and high-bias absorption (before calibrate)."""
 
     name = "equalize"
 
-    iterations: int = attrs.field(default=20, validator=_positive, metadata={"help": "equalization sweeps at most"})
+    iterations: int = attrs.field(default=20, validator=at_least(1), metadata={"help": "equalization sweeps at most"})
     absorb_bias: bool = attrs.field(default=True, metadata={"help": "high-bias absorption"})
     dead_channels: bool = attrs.field(default=True, metadata={"help": "zero what reads a dead channel"})
-    samples: int = attrs.field(default=64, validator=_positive,
+    samples: int = attrs.field(default=32, validator=at_least(1),
                                metadata={"help": "calibration samples for per-channel ranges"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:

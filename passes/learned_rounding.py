@@ -30,14 +30,16 @@ import numpy as np
 from qcc.passes.bias_correct import ensure_bias
 from qcc.passes.quantreport import parameter_entry
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
+    annotation_pass,
+    at_least,
     calibration_batches,
+    calibration_data,
     check_choices,
     param_data,
     quantized_simulator,
 )
 
-from qcc.errors import InternalError, UsageError
+from qcc.errors import InternalError
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -48,22 +50,17 @@ from qcc.sim.fakequant import apply_annotation
 SECTION = "learned_rounding"
 
 
-def _positive(_: Any, attribute: Any, value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value}")
-
-
 @attrs.frozen
 class LearnedRounding(Pass):
     """AdaRound: round each weight up or down to reconstruct its layer's output (calibration data)."""
 
     name = "learned-rounding"
 
-    iterations: int = attrs.field(default=1000, validator=_positive, metadata={"help": "Adam steps per layer"})
-    samples: int = attrs.field(default=256, validator=_positive, metadata={"help": "calibration samples"})
-    batch_size: int = attrs.field(default=32, validator=_positive, metadata={"help": "batch"})
-    reg: float = attrs.field(default=3.0, validator=_positive, metadata={"help": "rounding regularizer weight"})
-    lr: float = attrs.field(default=0.05, validator=_positive, metadata={"help": "Adam learning rate"})
+    iterations: int = attrs.field(default=1000, validator=at_least(1), metadata={"help": "Adam steps per layer"})
+    samples: int = attrs.field(default=256, validator=at_least(1), metadata={"help": "calibration samples"})
+    batch_size: int = attrs.field(default=32, validator=at_least(1), metadata={"help": "batch"})
+    reg: float = attrs.field(default=3.0, validator=at_least(1e-12), metadata={"help": "rounding regularizer weight"})
+    lr: float = attrs.field(default=0.05, validator=at_least(1e-12), metadata={"help": "Adam learning rate"})
     target: Literal["quantized", "float"] = attrs.field(
         default="quantized", metadata={"help": "reconstruct W x_q (quantized) or the float layer's W x_f"})
     mean_correction: bool = attrs.field(
@@ -73,11 +70,8 @@ class LearnedRounding(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        if model.products.get(ASSIGN_PRODUCT) is None:
-            raise UsageError("pass 'learned-rounding' needs an annotation pass before it "
-                             "(quantize-affine or assign-fixed-point)")
-        if ctx.calib_data is None:
-            raise UsageError("pass 'learned-rounding' needs calibration data (--calib DATA.npz)")
+        annotation_pass(model, self.name)
+        calibration_data(ctx, self.name)
         layers = [n for n in model.graph.nodes if _roundable(n)]
         upstream = _upstream_layers(model, layers)
         entries, done = [], set[int]()

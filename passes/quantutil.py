@@ -226,6 +226,21 @@ def calibration(model: Model, who: str) -> Any:
     return calib
 
 
+def annotation_pass(model: Model, who: str) -> Any:
+    """The annotation pass that ran on the model, or a usage error naming the pass that needs it."""
+    assign = model.products.get(ASSIGN_PRODUCT)
+    if assign is None:
+        raise UsageError(f"pass {who!r} needs an annotation pass before it (quantize-affine or assign-fixed-point)")
+    return assign
+
+
+def calibration_data(ctx: PassContext, who: str) -> dict[str, Any]:
+    """--calib's arrays, or a usage error naming the pass that needs them."""
+    if ctx.calib_data is None:
+        raise UsageError(f"pass {who!r} needs calibration data (--calib DATA.npz)")
+    return ctx.calib_data
+
+
 def start_annotation(model: Model, annotation_pass: Any) -> Any:
     """Common start of quantize-affine / assign-fixed-point: their statistics, finite parameters,
     previous (non-pinned) decisions forgotten, and the pass recorded for `sensitivity`."""
@@ -377,6 +392,14 @@ RangeMethod = Literal["minmax", "percentile", "entropy", "mse", "auto"]
 def _percent(_: object, attribute: object, value: float) -> None:
     if not 0.0 < value <= 100.0:
         raise ValueError(f"percentile must be in (0, 100], got {value}")
+
+
+def at_least(minimum: float) -> Callable[[Any, Any, float], None]:
+    """attrs validator: the option is >= minimum (the passes' sample counts, iterations, rates)."""
+    def check(_: Any, attribute: Any, value: float) -> None:
+        if not value >= minimum:
+            raise ValueError(f"{attribute.name} must be >= {minimum:g}, got {value}")
+    return check
 
 
 def percentile_option() -> Any:

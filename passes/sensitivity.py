@@ -25,8 +25,9 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantutil import (
-    ASSIGN_PRODUCT,
     CONV_OPS,
+    annotation_pass,
+    calibration_data,
     check_choices,
     inherits,
     is_float,
@@ -35,7 +36,7 @@ from qcc.passes.quantutil import (
     weight_uses,
 )
 
-from qcc.errors import QccError, UsageError
+from qcc.errors import QccError
 from qcc.ir.core import Model, Value
 from qcc.ir.types import Float32
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -89,13 +90,9 @@ class Sensitivity(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         from qcc.data import bind_inputs
 
-        assign = model.products.get(ASSIGN_PRODUCT)
-        if assign is None:
-            raise UsageError("pass 'sensitivity' needs an annotation pass before it "
-                             "(quantize-affine or assign-fixed-point)")
-        if ctx.calib_data is None:
-            raise UsageError("pass 'sensitivity' needs calibration data (--calib DATA.npz)")
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data), str(ctx.options.get("calib") or "calibration data"))
+        assign = annotation_pass(model, self.name)
+        data = calibration_data(ctx, self.name)
+        feeds, _ = bind_inputs(model, dict(data), str(ctx.options.get("calib") or "calibration data"))
         feeds = {k: v[: self.samples] for k, v in feeds.items()}
         layers = find_layers(model)
         scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, self.batch_size)))

@@ -45,7 +45,7 @@ def test_mse_is_never_worse_than_minmax_or_percentile(seed: int, bulk: float, ou
     errors = _range_errors(stats, [best, *rivals], dtype, symmetric, False)
     assert errors[0] <= errors[1:].min() * (1 + 1e-12)
     chosen, _ = auto(stats, dtype, symmetric)
-    assert _range_errors(stats, [chosen], dtype, symmetric, False)[0] <= 1.02 * errors[1] * (1 + 1e-12)
+    assert _range_errors(stats, [chosen], dtype, symmetric, False)[0] <= errors[1] * (1 + 1e-12)
 
 
 def test_mse_is_not_worse_than_the_linear_search_it_replaces() -> None:
@@ -89,10 +89,22 @@ def test_heavy_tailed_default_int8_beats_every_quantize_static_config(
             ort_quant.quantize_static(files.model, path, calib, method, per_channel)
             theirs[(method, per_channel)] = ort_quant.sqnr_db(ort_quant.run(path, feeds, optimize=False), ref)
     assert ours >= max(theirs.values()), (ours, theirs)
-    tensors = {t["name"]: t for t in json.loads(report_path.read_text())["tensors"]}
-    chosen = {t.get("chosen") for t in tensors.values() if t["kind"] == "activation"}
-    assert {"minmax", "mse"} <= chosen  # named per tensor; the heavy-tailed ones are clipped
-    assert tensors["relu2"]["chosen"] == "mse" and tensors["relu2"]["clip_fraction"] > 0
+    tensors = [t for t in json.loads(report_path.read_text())["tensors"] if t["kind"] == "activation"]
+    assert all(t["chosen"] in ("minmax", "mse") for t in tensors)  # named per tensor
+
+
+def test_auto_clips_only_where_it_pays_a_lot() -> None:
+    """Two extreme outliers among 400k values: clipping them halves the error of an int8 grid that
+    stores the tensor at 19 dB; the same tensor in int16 is stored at 67 dB, nothing to gain."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(400_000).astype(np.float32)
+    x[rng.choice(x.size, 2, replace=False)] = [45.0, 58.0]
+    stats = TensorStats("t").update(x)
+    (lo, hi), choice = auto(stats, "int8", True)
+    assert choice == "mse" and hi < 45.0
+    assert auto(stats, "int16", True) == (minmax(stats), "minmax")
+    bulk = TensorStats("b").update(rng.standard_normal(400_000).astype(np.float32))
+    assert auto(bulk, "int8", True)[1] == "minmax"  # a Gaussian's optimum clips a little: not worth it
 
 
 @pytest.mark.parametrize("scheme", ["int8", "fixed8"])

@@ -62,6 +62,13 @@ def expected_sq_error(
     return total
 
 
+def signal_power(stats: TensorStats) -> float:
+    """Sum of x**2 over the histogram (values uniform in each bin)."""
+    pos, neg, edges = _signed_counts(stats)
+    a, b = edges[:-1], edges[1:]
+    return float(((a * a + a * b + b * b) / 3.0) @ (pos + neg))
+
+
 def _signed_counts(stats: TensorStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positive counts, negative counts) by |x| bin without the exact zeros, and the bin edges."""
     n = max(stats.used_bins, 1)

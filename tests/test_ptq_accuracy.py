@@ -53,15 +53,17 @@ def test_a_metric_callable_and_an_unreachable_target_end_with_the_best_finished_
     section = report["accuracy_control"]
     assert section["metric"] == "metric callable" and not section["met"]
     assert section["quantized_after"] > section["quantized_before"]
-    # every layer was tried at 16 bits and then in float; the best of those measurements is kept
-    assert section["promoted"] and section["evaluations"] >= 2 + 2 * len(section["promoted"])
+    # the search went on past its best configuration (every layer at 16 bits, then in float)
+    assert section["promoted"] and section["evaluations"] > 2 + len(section["promoted"])
     assert not verify_model(model)
     values = model.graph.value_map()
     assert values["fc.weight_t"].quant == FixedPoint(8, 6)  # the pin held
-    promoted = {p["layer"] for p in section["promoted"]}
-    widths = {n.outputs[0].quant.bits for n in model.graph.nodes if n.name in promoted  # type: ignore[union-attr]
-              and isinstance(n.outputs[0].quant, FixedPoint)}
-    assert widths == {16}  # the measured configuration, applied in full
+    outputs = {n.name: n.outputs[0].quant for n in model.graph.nodes}
+    for promotion in section["promoted"]:  # the measured configuration, applied in full
+        quant = outputs.get(promotion["layer"], values.get(promotion["layer"]) and values[promotion["layer"]].quant)
+        want = Float32 if promotion["to"] == "float" else FixedPoint
+        assert isinstance(quant, want), promotion
+        assert promotion["to"] == "float" or quant.bits == 16  # type: ignore[union-attr]
     floats = [v for v in model.graph.values() if isinstance(v.quant, Float32)]
     assert all(v.meta.get("float_reason") for v in floats)  # each float tensor says why
 

@@ -35,8 +35,10 @@ from qcc.passes.quantutil import (
     calibration_batches,
     calibration_data,
     check_choices,
+    folds_channels,
     param_data,
     quantized_simulator,
+    weight_axis,
 )
 
 from qcc.errors import InternalError
@@ -167,14 +169,13 @@ def _upstream_layers(model: Model, layers: list[Node]) -> dict[int, set[int]]:
 
 
 def _roundable(layer: Node) -> bool:
-    if layer.op not in ("Conv", "Dense") or len(layer.inputs) < 2 or layer.inputs[1] is None:
+    """A Conv/Dense (the layouts channel_fold knows) with a constant, unshared, unpinned weight on a
+    per-tensor or output-channel grid, reading a quantized input."""
+    if not folds_channels(layer):
         return False
-    weight = layer.input(1)
-    quant = weight.quant
-    if weight.const is None or len(weight.uses()) != 1 or weight.meta.get("pinned"):
-        return False
+    quant = layer.input(1).quant
     if isinstance(quant, Affine):
-        axis_ok = quant.axis is None or quant.axis == (0 if layer.op == "Conv" else 1)
+        axis_ok = quant.axis is None or quant.axis == weight_axis(layer)
         return axis_ok and isinstance(layer.input(0).quant, (Affine, FixedPoint))
     return isinstance(quant, FixedPoint) and isinstance(layer.input(0).quant, (Affine, FixedPoint))
 

@@ -29,7 +29,8 @@ from qcc.tables import registrar
 from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
 
 EXECUTOR = "Runtime"
-AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                 "int4": (-8, 7), "uint4": (0, 15)}
 
 
 class NnpWriter:

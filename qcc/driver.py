@@ -10,7 +10,7 @@ import copy
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,10 @@ from qcc.pm.manager import PassManager, build_passes, check_order
 from qcc.pm.spec import PassSpec
 from qcc.target import Backend, as_backend
 
-SCHEMES = ("none", "int8", "uint8", "fixed8", "fixed16", "fixed8-16", "binary-weight", "binary-connect")
-METHODS = ("minmax", "percentile", "entropy", "mse")
+SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "binary-weight",
+           "binary-connect")
+METHODS = ("auto", "minmax", "percentile", "entropy", "mse")
+ROUNDINGS = ("nearest", "learned")
 
 
 @attrs.define
@@ -60,6 +62,11 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    equalize: bool = True  # cross-layer equalization where the scheme has per-tensor weight scales
+    bias_correct: bool = True
+    rounding: str | None = None  # None: the scheme's default (learned for int4/uint4)
+    max_accuracy_drop: float | None = None
+    metric: Callable[..., float] | None = None  # API only: metric(predict) -> score, for max_accuracy_drop
 
 
 def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
@@ -120,6 +127,10 @@ def _compile(
         raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
     if opts.method is not None and opts.method not in METHODS:
         raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
+    if opts.rounding is not None and opts.rounding not in ROUNDINGS:
+        raise UsageError(f"--rounding {opts.rounding!r}: choose one of {', '.join(ROUNDINGS)}")
+    if opts.max_accuracy_drop is not None and not 0 <= opts.max_accuracy_drop < 1:
+        raise UsageError(f"--max-accuracy-drop {opts.max_accuracy_drop}: a fraction in [0, 1) (0.01 = one point)")
     out = os.fspath(output)
     backend, target_opts = resolve_target(out, opts)
     constraints = backend.constraints(target_opts)
@@ -141,11 +152,15 @@ def _compile(
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
     ctx = PassContext(target=constraints, calib_name=str(opts.calib or "calibration data"),
-                      overrides=tuple(opts.overrides), progress=sys.stderr.isatty())
+                      overrides=tuple(opts.overrides), progress=sys.stderr.isatty(), metric=opts.metric)
     if opts.calib:
         from qcc.data import load_npz
 
         ctx.calib_data = load_npz(opts.calib)
+    if opts.eval:  # for a pass that tunes on accuracy (accuracy-control)
+        from qcc.data import load_npz
+
+        ctx.eval_data, ctx.eval_name = load_npz(opts.eval), str(opts.eval)
     insts: list[Instrument] = list(instruments)
     timer = TimePasses() if opts.time_passes else None
     if timer:

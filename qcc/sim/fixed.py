@@ -25,7 +25,7 @@ of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runt
 
 `run_fixed(model, feeds)` runs a model and returns float outputs (exactly dequantized);
 `qcc.sim.run_model(model, feeds, quantized=True)` calls it when every activation (graph input
-and node output) is FixedPoint, see `is_fixed_model`.
+and node output) is FixedPoint and every computed value truncates, see `runs_integer_kernels`.
 """
 
 from __future__ import annotations
@@ -476,10 +476,19 @@ def fixed_kernel(op: str) -> NodeKernel:
 
 
 def is_fixed_model(model: Model) -> bool:
-    """Every activation (graph input and node output) is FixedPoint: run_model then runs run_fixed."""
+    """Every activation (graph input and node output) is FixedPoint."""
     graph = model.graph
     acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
     return bool(acts) and all(fixed_of(v) is not None for v in acts)
+
+
+def runs_integer_kernels(model: Model) -> bool:
+    """Every activation FixedPoint and every computed value stored by truncation toward zero
+    (`FixedPoint.rounding == "trunc"`): nnabla-c-runtime's arithmetic, which `FixedRunner`
+    computes, so run_model(quantized=True) runs it. A fixed-point model for a runtime that rounds
+    to nearest (onnx-qdq: QuantizeLinear) is fake-quantized value by value instead."""
+    computed = [v for n in model.graph.nodes for v in n.outputs]
+    return is_fixed_model(model) and all(fixed_of(v).rounding == "trunc" for v in computed)  # type: ignore[union-attr]
 
 
 class FixedRunner(Runner):

@@ -3,7 +3,7 @@
 | scheme | pipeline |
 |---|---|
 | none | (empty) |
-| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate, quantize-affine{dtype, weight_dtype, per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
+| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
 | fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control] |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
@@ -28,8 +28,9 @@ from typing import Any
 from qcc.errors import UnsupportedError, UsageError
 
 CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16")
-AFFINE = {"int8": ("int8", "int8"), "uint8": ("uint8", "uint8"), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
-"""affine scheme -> (activation dtype, weight dtype)"""
+AFFINE = {"int8": ("int8", None), "uint8": ("uint8", None), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
+"""affine scheme -> (activation dtype, weight dtype: None for quantize-affine's default, int8, as
+ONNX Runtime's quantize_static stores weights next to uint8 activations)"""
 LEARNED_BY_DEFAULT = ("int4", "uint4")
 """4-bit weights need learned rounding (Nagel et al. 2020: ResNet18 W4A8 23.99% nearest, 68.71% learned)."""
 FIXED = {"fixed8": (8, 8), "fixed16": (16, 16), "fixed8-16": (16, 8)}
@@ -54,8 +55,9 @@ def default_pipeline(scheme: str, opts: Any) -> str:
         act, weight = AFFINE[scheme]
         per_tensor = getattr(opts, "per_tensor", False)
         fold = "fold-bn" if per_tensor else "fold-bn{standalone=conv}"
+        weights = f"weight_dtype={weight}," if weight else ""
         return (f"{fold},{overrides}{equalize if per_tensor else ''}calibrate,"
-                f"quantize-affine{{dtype={act},weight_dtype={weight},per_channel={'false' if per_tensor else 'true'},"
+                f"quantize-affine{{dtype={act},{weights}per_channel={'false' if per_tensor else 'true'},"
                 f"method={method}}}" + _refinements(scheme, opts))
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]

@@ -300,8 +300,7 @@ def test_default_pipelines() -> None:
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", opts) == ""
     assert default_pipeline("uint8", opts) == \
-        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,weight_dtype=uint8,per_channel=true," \
-        "method=auto},bias-correct"
+        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=auto},bias-correct"
     assert default_pipeline("fixed8", opts) == \
         "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto},bias-correct"
     assert default_pipeline("int4", opts) == \
@@ -311,8 +310,7 @@ def test_default_pipelines() -> None:
     with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
                                         "method": "entropy", "bias_correct": False})
     assert default_pipeline("int8", with_overrides) == \
-        "fold-bn,apply-overrides,equalize,calibrate,quantize-affine{dtype=int8,weight_dtype=int8," \
-        "per_channel=false,method=entropy}"
+        "fold-bn,apply-overrides,equalize,calibrate,quantize-affine{dtype=int8,per_channel=false,method=entropy}"
     for scheme in ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16"):
         with pytest.raises(UsageError, match="--calib"):
             default_pipeline(scheme, SimpleNamespace(**{**vars(opts), "calib": None}))

@@ -31,9 +31,12 @@ class ChannelMean:
 
     def add(self, diff: np.ndarray, mask: np.ndarray | None = None) -> None:
         axes = tuple(a for a in range(diff.ndim) if a != 1)
-        weight = np.ones(diff.shape, dtype=np.float64) if mask is None else mask.astype(np.float64)
-        part = (diff.astype(np.float64) * weight).sum(axis=axes)
-        seen = weight.sum(axis=axes)
+        if mask is None:
+            part = diff.sum(axis=axes, dtype=np.float64)
+            seen = np.full(diff.shape[1], diff.size // max(diff.shape[1], 1), dtype=np.float64)
+        else:  # no float64 copies of the mask and the masked product: one select, one reduction
+            part = np.where(mask, diff, 0.0).sum(axis=axes, dtype=np.float64)
+            seen = np.count_nonzero(mask, axis=axes).astype(np.float64)
         self.sums = part if self.sums is None else self.sums + part
         self.counts = seen if self.counts is None else self.counts + seen
 

@@ -144,3 +144,56 @@ def test_no_equalize_flag_and_report(tmp_path: Path, mobilenet_digits_files: Net
 
     assert json.loads(report.read_text())["pipeline"] == ["fold-bn", "calibrate", "assign-fixed-point", "legalize-nnb",
                                                           "plan-memory"]
+
+
+def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None:
+    """equalize asks the registry (the `clamp` trait and its `bounds`), never an op name: an op a
+    plugin registers as a clamp is limited like Clip(0, 6); `clamp` without bounds is refused."""
+    import qcc.ir.registry as registry
+    from qcc.ir.registry import AttrSpec, OpDef, register
+    from qcc.ir.surgery import replace_node
+
+    class HardClamp(OpDef):
+        """clip(x, 0, top)"""
+
+        name = "TestHardClamp"
+        attrs = {"top": AttrSpec("float", 6.0)}
+        traits = frozenset({"elementwise", "clamp"})
+
+        @staticmethod
+        def bounds(attrs: dict[str, Any]) -> tuple[float | None, float | None]:
+            return 0.0, float(attrs["top"])
+
+        @staticmethod
+        def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+            return [np.clip(xs[0], 0, node.attrs["top"]).astype(xs[0].dtype)]
+
+    class Unbounded(OpDef):
+        name = "TestUnboundedClamp"
+        traits = frozenset({"clamp"})
+
+    with pytest.raises(ValueError, match="clamp"):
+        register(Unbounded)
+    register(HardClamp)
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.uniform(0, 2, (16, 1, 4, 4)).astype(np.float32)
+        results = {}
+        for op, extra in (("Clip", {"min": 0.0, "max": 6.0}), ("TestHardClamp", {"top": 6.0})):
+            model = _clamped_pair(6.0)
+            clip = next(n for n in model.graph.nodes if n.op == "Clip")
+            replace_node(model.graph, clip, op, [clip.input(0)], extra)
+            reference = run_model(model, {"x": x})["b"]
+            ctx = PassContext(calib_data={"x": x})
+            PassManager("equalize").run(model, ctx)
+            assert np.allclose(run_model(model, {"x": x})["b"], reference, rtol=1e-6, atol=1e-6)
+            results[op] = (model.graph.value_map()["w1"].const, ctx.report["equalize"])
+        assert np.array_equal(results["Clip"][0], results["TestHardClamp"][0])  # type: ignore[arg-type]
+        clip_entry, plugin_entry = results["Clip"][1][0], results["TestHardClamp"][1][0]
+        assert plugin_entry["pair"] == "a -> TestHardClamp -> b"
+        assert plugin_entry["clamp_limited_channels"] == 1  # channel 0 reaches the bound: it keeps scale 1
+        assert {**plugin_entry, "pair": ""} == {**clip_entry, "pair": ""}
+    finally:
+        registry._REGISTRY.pop(HardClamp.name, None)
+        registry._REGISTRY.pop(Unbounded.name, None)
+        registry._DERIVED.clear()

@@ -26,6 +26,7 @@ from qcc.passes.quantutil import (
     annotation_pass,
     at_least,
     calibration_data,
+    calibration_feeds,
     original_parameters,
 )
 from qcc.passes.sensitivity import (
@@ -63,10 +64,9 @@ class AccuracyControl(Pass):
     batch_size: int = attrs.field(default=64, validator=at_least(1), metadata={"help": "batch"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import bind_inputs
-
         assign = annotation_pass(model, self.name)
-        data = calibration_data(ctx, self.name)
+        if ctx.calib_data is None:  # refused before the first measurement
+            calibration_data(ctx, self.name)
         measure, what = self._metric(model, ctx)
         with original_parameters(model):
             reference = measure(False)
@@ -77,9 +77,8 @@ class AccuracyControl(Pass):
         score = start
         layers = find_layers(model)
         if reference - start > self.max_drop and layers:
-            feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
-            feeds = {k: v[: self.samples] for k, v in feeds.items()}
-            order = sensitivity_order(layer_scores(model, layers, feeds, self.batch_size))
+            feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
+            order = sensitivity_order(layer_scores(model, layers, feeds, batch, ctx.progress))
             saved = save_annotations(model)
             scratch = attrs.evolve(ctx, report={})
             best, best_levels = start, dict[int, str]()
@@ -130,10 +129,8 @@ class AccuracyControl(Pass):
         if ctx.eval_data is None:
             raise UsageError("accuracy-control needs labelled evaluation data (--eval DATA.npz with a 'labels' "
                              "array) or a metric callable (qcc.compile(..., metric=...))")
-        from qcc.data import bind_inputs
-
         path = ctx.eval_name
-        feeds, labels = bind_inputs(model, dict(ctx.eval_data), path)
+        feeds, labels = labelled_feeds(model, ctx.eval_data, path, self.batch_size)
         if labels is None:
             raise UsageError(f"{path}: accuracy-control needs a 'labels' array (top-1 accuracy) or a metric callable")
         output = model.graph.outputs[0].name
@@ -144,3 +141,19 @@ class AccuracyControl(Pass):
             return float(np.mean(flat.argmax(axis=1) == labels))
 
         return top1, f"top-1 on {path}"
+
+
+def labelled_feeds(model: Model, data: Any, source: str, batch_size: int) -> tuple[dict[str, np.ndarray],
+                                                                                    np.ndarray | None]:
+    """Evaluation arrays and labels, all held: the search measures them many times (a Python
+    stream of batches is read once and concatenated)."""
+    from qcc.data import bind_inputs, bound_batches
+
+    if isinstance(data, dict):
+        return bind_inputs(model, data, source)
+    parts = list(bound_batches(model, data, source, batch_size, "accuracy-control"))
+    if not parts:
+        return {}, None
+    feeds = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+    labelled = all(p[1] is not None for p in parts)
+    return feeds, np.concatenate([p[1] for p in parts]) if labelled else None  # type: ignore[misc]

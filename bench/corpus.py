@@ -277,6 +277,7 @@ def compact(text: str) -> str:
 
     for prefix in (str(CACHE / "models") + "/", tempfile.gettempdir() + "/"):
         text = text.replace(prefix, "")
+    text = re.sub(r"\btmp[\w-]*/", "", text)  # a run's temporary directory
     text = text.split(". Supported: ")[0]  # the frontend's list of every op it has
     if "cannot express " in text:  # each op once, not each node; not the list of what it can
         head, _, tail = text.partition("cannot express ")

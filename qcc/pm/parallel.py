@@ -1,0 +1,113 @@
+"""Where a pass may run independent pieces of work: this process, local worker processes
+(`--workers N`), or a Dask cluster (`--cluster ADDRESS`).
+
+A pass cuts its work into shards whose results merge exactly (calibration statistics, per-layer
+scores), so the result never depends on the number of workers. Local workers are forked: they
+inherit the model, the data and every registered op (plugins included) without pickling; only
+results come back. A cluster gets the function and its shard pickled (Dask's cloudpickle).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from qcc.errors import UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_PENDING: tuple[Callable[[Any], Any], Sequence[Any]] | None = None
+"""The function and items of the running fork map (children read them from their copy)."""
+_WORKER_THREADS: int | None = None
+"""In a worker process: the threads its compute libraries may use (None in the main process)."""
+
+
+def _positive(_: Any, attribute: Any, value: int) -> None:
+    if value < 1:
+        raise UsageError(f"--workers {value}: at least 1")
+
+
+@attrs.frozen
+class Workers:
+    """`count` local processes, or the workers of the Dask scheduler at `cluster`."""
+
+    count: int = attrs.field(default=1, validator=_positive)
+    cluster: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        return self.count > 1 or self.cluster is not None
+
+    def describe(self) -> str:
+        return f"Dask cluster {self.cluster}" if self.cluster else f"{self.count} local process(es)"
+
+    def slots(self) -> int:
+        """How many shards keep every worker busy (one per worker: shards are equal)."""
+        if self.cluster is None:
+            return self.count
+        with _client(self.cluster) as client:
+            return max(1, sum(int(w.get("nthreads", 1)) for w in client.scheduler_info()["workers"].values()))
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """[fn(item) for item in items], each call in a worker; results in item order."""
+        if self.cluster is not None:
+            return _dask_map(self.cluster, fn, items)
+        if self.count <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        return _fork_map(min(self.count, len(items)), fn, items)
+
+
+def worker_threads() -> int | None:
+    """Threads a compute library may start in this process (None: its default)."""
+    return _WORKER_THREADS
+
+
+def _fork_map(count: int, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    import multiprocessing
+
+    global _PENDING
+    threads = max(1, (os.cpu_count() or 1) // count)
+    _PENDING = (fn, items)
+    try:
+        with multiprocessing.get_context("fork").Pool(count, initializer=_start_worker, initargs=(threads,)) as pool:
+            return pool.map(_call, range(len(items)), chunksize=1)
+    finally:
+        _PENDING = None
+
+
+def _start_worker(threads: int) -> None:
+    """One worker per core share: BLAS and onnxruntime threads limited to it (no oversubscription)."""
+    global _WORKER_THREADS
+    _WORKER_THREADS = threads
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(threads)
+
+
+def _call(index: int) -> Any:
+    assert _PENDING is not None, "fork map without pending work"
+    fn, items = _PENDING
+    return fn(items[index])
+
+
+def _client(address: str) -> Any:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError(f"--cluster {address}: needs Dask's distributed package (pip install 'qcc[cluster]')") from None
+    try:
+        return Client(address, timeout=30, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"--cluster {address}: cannot reach the Dask scheduler ({exc})") from None
+
+
+def _dask_map(address: str, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    with _client(address) as client:
+        futures = client.map(fn, list(items), pure=False)
+        return list(client.gather(futures))

@@ -78,7 +78,7 @@ class AccuracyControl(Pass):
         layers = find_layers(model)
         if reference - start > self.max_drop and layers:
             feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
-            order = sensitivity_order(layer_scores(model, layers, feeds, batch, ctx.progress))
+            order = sensitivity_order(layer_scores(model, layers, feeds, batch, ctx.progress, ctx.workers))
             saved = save_annotations(model)
             scratch = attrs.evolve(ctx, report={})
             best, best_levels = start, dict[int, str]()

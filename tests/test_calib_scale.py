@@ -152,11 +152,28 @@ def test_a_stream_is_not_sharded(model_file: Path, tmp_path: Path) -> None:
         api.compile(str(model_file), tmp_path / "s.onnx", quantize="int8", calib=batches, workers=2)
 
 
-def test_dask_cluster_gives_the_single_process_statistics(model_file: Path, data: dict[str, np.ndarray]) -> None:
+def sensitivity_run(model_file: Path, data: dict[str, np.ndarray], out: Path, **kwargs: Any) -> tuple[Any, bytes]:
+    import qcc as api
+
+    _, report = api.compile(str(model_file), out, passes="calibrate,quantize-affine,sensitivity{samples=6,batch_size=2}",
+                            calib=data, **kwargs)
+    return report["sensitivity"], out.read_bytes()
+
+
+def test_sharded_sensitivity_ranking_is_identical(model_file: Path, data: dict[str, np.ndarray], tmp_path: Path) -> None:
+    single = sensitivity_run(model_file, data, tmp_path / "one.onnx")
+    assert len(single[0]["layers"]) >= 4 and all(layer["sqnr_db"] for layer in single[0]["layers"])
+    assert sensitivity_run(model_file, data, tmp_path / "two.onnx", workers=2) == single
+
+
+def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: dict[str, np.ndarray],
+                                                       tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     model = load(str(model_file))
     single = collect(model, data, 1, rebatch=4).to_dict()
+    ranking = sensitivity_run(model_file, data, tmp_path / "one.onnx")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         workers = Workers(cluster=cluster.scheduler_address)
         assert workers.slots() == 2
         assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
+        assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking

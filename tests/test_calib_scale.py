@@ -177,3 +177,35 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
         assert workers.slots() == 2
         assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
         assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
+
+
+def accuracy_run(tmp_path: Path, name: str, max_drop: float, **kwargs: Any) -> tuple[Any, Any, bytes]:
+    from qcc.driver import compile as qcc_compile
+    from tests.cli_util import DIGITS
+    from tests.test_ptq_accuracy import _logit_error_metric
+
+    x = np.load(DIGITS / "test.npz")["x"][:64]
+    reference = qcc_compile_reference(DIGITS / "digits_cnn.onnx", x)
+    _, report = qcc_compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / name, target="onnx-qdq", quantize="fixed8",
+                            calib=str(DIGITS / "calib.npz"), max_accuracy_drop=max_drop,
+                            metric=_logit_error_metric(x, reference), overrides=("fc.weight_t=FIXED8_6",), **kwargs)
+    return report["accuracy_control"], report.get("accuracy_control_notes"), (tmp_path / name).read_bytes()
+
+
+def qcc_compile_reference(path: Path, x: np.ndarray) -> np.ndarray:
+    from qcc.sim import run_model
+
+    return run_model(load(str(path)), {"x": x})["logits"]
+
+
+@pytest.mark.parametrize("max_drop", [0.0, 0.005])
+def test_sharded_accuracy_search_ends_where_the_single_process_ends(tmp_path: Path, max_drop: float) -> None:
+    """A pinned weight refuses its promotion (a note); with 0 the target is out of reach (the whole
+    search), with 0.005 it is met part-way (what a wave measured past the stop is dropped)."""
+    single = accuracy_run(tmp_path, "one.onnx", max_drop)
+    section = single[0]
+    if max_drop:
+        assert section["met"] and 2 < section["evaluations"] < 10
+    else:
+        assert not section["met"] and section["evaluations"] >= 10 and single[1]  # the refused promotion's note
+    assert accuracy_run(tmp_path, "two.onnx", max_drop, workers=2) == single

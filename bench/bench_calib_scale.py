@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,7 @@ def _tree_rss_mb(root: int) -> float:
     return total / 2**20
 
 
-def timed_process(argv: list[str], also: list[int] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def timed_process(argv: list[str], also: Sequence[int] = ()) -> dict[str, Any]:
     """Wall, CPU (the process and its waited children) and peak RSS of the tree (+ `also` pids)."""
     peak = [0.0]
     start = time.perf_counter()

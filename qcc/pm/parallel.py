@@ -108,6 +108,54 @@ def _client(address: str) -> Any:
 
 
 def _dask_map(address: str, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    from qcc.errors import InternalError, QccError
+
+    blobs = [_pickled((fn, item)) for item in items]
     with _client(address) as client:
-        futures = client.map(fn, list(items), pure=False)
-        return list(client.gather(futures))
+        try:
+            return list(client.gather(client.map(_run_pickled, blobs, pure=False)))
+        except QccError:
+            raise
+        except Exception as exc:  # a worker lost, a library missing on the cluster
+            raise InternalError(f"--cluster {address}: {type(exc).__name__}: {str(exc)[:300]}") from None
+
+
+def _pickled(obj: Any) -> bytes:
+    """cloudpickle bytes of a job (closures included). An IR graph links every value to its
+    producer and users, so pickling recurses about as deep as the graph is long: done on a
+    thread with a large stack and recursion limit (unpickling does not recurse)."""
+    import sys
+    import threading
+
+    import cloudpickle
+
+    out: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def dump() -> None:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 200_000))
+        try:
+            out.append(cloudpickle.dumps(obj))
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    size = threading.stack_size(512 << 20)
+    try:
+        thread = threading.Thread(target=dump)
+        thread.start()
+    finally:
+        threading.stack_size(size)
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def _run_pickled(blob: bytes) -> Any:
+    import pickle
+
+    fn, item = pickle.loads(blob)
+    return fn(item)

@@ -12,6 +12,7 @@ changed are never used).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
@@ -235,10 +236,10 @@ overhead (small models), while tensors that leave the cache cost more than it sa
 def _nbytes(value: Value) -> int:
     from qcc.ir.types import DTYPES
 
-    shape = value.type.shape
-    if not all(isinstance(d, int) for d in shape):
+    dims = [d for d in value.type.shape if isinstance(d, int)]
+    if len(dims) != value.type.rank:
         return 0
-    return int(np.prod(shape, dtype=np.int64)) * DTYPES[value.type.dtype].itemsize
+    return math.prod(dims) * DTYPES[value.type.dtype].itemsize
 
 
 def _batch_of(model: Model) -> int:

@@ -207,6 +207,16 @@ def test_input_shape_on_an_input_without_dynamic_dims_is_a_usage_error(tmp_path:
     assert line.startswith("qcc: usage error") and "--input-shape applies to a model qcc imports" in line, line
 
 
+def test_batch_size_on_a_static_batch_is_a_usage_error(tmp_path: Path) -> None:
+    """--batch-size used to be ignored silently where the batch is static (issue 16's rule)."""
+    path = static_onnx(tmp_path / "static.onnx")
+    line = one_error_line(run_qcc("compile", str(path), "-o", str(tmp_path / "o.onnx"), "--batch-size", "4"))
+    assert line.startswith("qcc: usage error") and "input 'x' has a static batch of 1" in line, line
+    assert not (tmp_path / "o.onnx").exists()
+    model = qcc.load(path, batch_size=1)  # the batch it has: nothing to change, nothing refused
+    assert model.graph.inputs[0].type.shape == (1, 4)
+
+
 def test_input_shapes_for_a_module_traced_on_example_inputs_is_a_usage_error() -> None:
     torch = pytest.importorskip("torch")
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()

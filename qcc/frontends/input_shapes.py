@@ -139,6 +139,9 @@ def bind_inputs(declared: Mapping[str, Sequence[Dim]], spec: ShapeSpec | Sequenc
             first = declared[name][0] if declared[name] else None
             if isinstance(first, str) and name not in given:
                 _bind_symbol(first, batch_size, name, 0, symbols, where, "--batch-size")
+            elif isinstance(first, int) and first != batch_size:  # issue 16: a flag takes effect or fails
+                raise UsageError(f"{where}--batch-size {batch_size}: input {name!r} has a static batch of {first} "
+                                 f"(declared {_text(list(declared[name]))}); the model cannot run other batches")
     shapes: dict[str, tuple[Dim, ...]] = {}
     origins: dict[str, tuple[str, int]] = {}
     for name in names:

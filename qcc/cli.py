@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -11,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from qcc import __version__
-from qcc.errors import InternalError, QccError
+from qcc.errors import InternalError, OutputError, QccError, one_line
 
-EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
+EXIT_CODES = ("exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 74 cannot write an "
+              "output, 130 interrupted")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
+    c.add_argument("--force", action="store_true",
+                   help="let a directory output (target c) replace a directory or file qcc did not write")
 
     i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)",
                        parents=[common])
@@ -99,7 +103,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         overrides=tuple(args.override), eval=args.eval, report=args.report, network=args.network,
         executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version, api=args.api,
         plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
-        dump_ir=args.dump_ir,
+        dump_ir=args.dump_ir, force=args.force,
     )
     print_compile_summary(model, report)
     return 0
@@ -215,8 +219,7 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             configure(args.limit)
         except QccError as exc:
-            print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
-            return exc.exit_code
+            return _report(exc)
     if args.no_plugins:
         from qcc.plugins import set_autoload
 
@@ -228,20 +231,34 @@ def _main(argv: Sequence[str] | None) -> int:
     except QccError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _report(exc)
     except KeyboardInterrupt:
         print("qcc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `qcc passes | head`: the reader left; not an error worth a message
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if args.debug:
+            traceback.print_exc()
+        if exc.errno not in _REFUSED_WRITES:
+            return _report(InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)"))
+        # the file system refused a write that no writer turned into an OutputError itself
+        return _report(OutputError(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
-        err = InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)")
-        print(f"qcc: {err.kind}: {err}", file=sys.stderr)
-        return err.exit_code
+        return _report(InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)"))
+
+
+_REFUSED_WRITES = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "EISDIR",
+                                                    "ENOTDIR", "EEXIST") if hasattr(errno, name)}
+
+
+def _report(exc: QccError) -> int:
+    """The error as one `qcc: <kind>: <message>` line on stderr; its exit code."""
+    print(f"qcc: {exc.kind}: {one_line(str(exc))}", file=sys.stderr)
+    return exc.exit_code
 
 
 if __name__ == "__main__":

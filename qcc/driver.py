@@ -26,6 +26,7 @@ from qcc.errors import (
     naming,
 )
 from qcc.ir.core import Model
+from qcc.outputs import check_outputs
 from qcc.pipelines import default_pipeline, with_target_passes
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
@@ -60,6 +61,7 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    force: bool = False  # let a directory output replace a directory qcc did not write (qcc.outputs)
 
 
 def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
@@ -120,9 +122,14 @@ def _compile(
         raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
     if opts.method is not None and opts.method not in METHODS:
         raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
+    if opts.batch_size is not None and (isinstance(opts.batch_size, bool) or opts.batch_size < 1):
+        raise UsageError(f"--batch-size {opts.batch_size}: must be a positive number of samples")
     out = os.fspath(output)
     backend, target_opts = resolve_target(out, opts)
     constraints = backend.constraints(target_opts)
+    outputs = check_outputs(out, backend, {"model": model, "calibration data": opts.calib, "evaluation data": opts.eval,
+                                           "settings file": opts.settings}, opts.report, opts.dump_ir, opts.force,
+                            target_opts)
     if isinstance(model, Model):
         loaded = model
     else:
@@ -162,19 +169,20 @@ def _compile(
 
         # legalization ran in the pipeline: the model evaluated here is the model written below
         ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval), integer_affine=constraints.integer_affine)
-    written = backend.write(compiled, out, target_opts)
-    for entry in written.float_fallbacks:
-        ctx.note("float_fallbacks", entry)
-    if written.summary:
-        ctx.report[backend.name] = dict(written.summary)
-    if timer:
-        timer.report()
-    report = build_report(compiled, ctx, opts, out, backend)
-    report["target_options"] = attrs.asdict(target_opts)
-    if opts.report:
-        from qcc.io import atomic_write_bytes
+    with outputs.writing():  # a failure from here on removes what this run wrote
+        written = backend.write(compiled, out, target_opts)
+        for entry in written.float_fallbacks:
+            ctx.note("float_fallbacks", entry)
+        if written.summary:
+            ctx.report[backend.name] = dict(written.summary)
+        if timer:
+            timer.report()
+        report = build_report(compiled, ctx, opts, out, backend)
+        report["target_options"] = attrs.asdict(target_opts)
+        if opts.report:
+            from qcc.io import atomic_write_bytes
 
-        atomic_write_bytes(opts.report, (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
+            atomic_write_bytes(opts.report, (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
     return compiled, report
 
 

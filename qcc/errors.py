@@ -1,7 +1,7 @@
 """One error hierarchy for the whole compiler, so the driver can map each kind to an exit code.
 
 Exit codes (documented in docs/errors.md): usage 2, invalid input 3, unsupported 4,
-internal 70. Every message names the file and, where there is one, the node/op/tensor.
+internal 70, output not writable 74. Every message names the file and, where there is one, the node/op/tensor.
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ class UnsupportedError(QccError):
     kind = "unsupported"
 
 
+class OutputError(QccError):
+    """An output cannot be written: a read-only folder, a full disk, a path that cannot be created.
+
+    Not a bug (70) and not the command line's fault (2): the environment refused the write.
+    """
+
+    exit_code = 74  # sysexits' EX_IOERR
+    kind = "cannot write"
+
+
 class InternalError(QccError):
     """A bug in qcc or in a plugin: an invariant broke (e.g. a pass produced invalid IR)."""
 
@@ -74,6 +84,11 @@ DECODE_ERRORS: tuple[type[BaseException], ...] = (
 MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
     TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError, UnicodeError,
 )
+
+
+def one_line(text: str) -> str:
+    """A message as one line: libraries (YAML, protobuf) put context on lines of their own."""
+    return " ".join(text.split())
 
 
 def naming(exc: QccError, source: str, *others: str) -> QccError:

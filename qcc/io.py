@@ -84,11 +84,28 @@ def _fsync_directory(directory: Path) -> None:
             os.close(fd)
 
 
+def _cannot_write(target: Path, exc: OSError) -> Exception:
+    from qcc.errors import OutputError
+
+    return OutputError(f"{target}: cannot write: {exc.strerror or exc}")
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` through a temporary beside it; never over a directory or special file.
+
+    What the file system refuses (a read-only folder, a full disk) is an OutputError naming the
+    target, and leaves neither the temporary nor a partial target behind.
+    """
+    from qcc.outputs import check_file_target
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(target)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
+    check_file_target(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(target)
+        fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -96,33 +113,52 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 is not what `open` gives
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _cannot_write(target, exc) from None
         raise
     _fsync_directory(target.parent)
 
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary directory beside `path`; on success it replaces `path` whole."""
+    """Yield a temporary directory beside `path`; on success it replaces `path` whole.
+
+    Only what `qcc.outputs.check_replaceable` allows is replaced (a directory qcc wrote, an empty
+    one, or what --force names); the new directory carries qcc's marker file.
+    """
+    from qcc.outputs import check_replaceable, write_marker
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(target)
-    tmp = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent))
+    check_replaceable(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(target)
+        tmp = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         yield tmp
+        write_marker(tmp)
         os.chmod(tmp, 0o777 & ~_umask())
-        if target.exists():
+        if os.path.lexists(target):
             old = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".old", dir=target.parent))
             os.rmdir(old)
             os.replace(target, old)
             os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(old)
         else:
             os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _cannot_write(target, exc) from None
         raise
     _fsync_directory(target.parent)
 

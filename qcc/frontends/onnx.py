@@ -7,6 +7,7 @@ IR only holds real computation.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
+from qcc.frontends.onnx_fold_size import folded_elements, folded_itemsize
 from qcc.frontends.onnx_tensors import (
     TYPE_NAMES,
     declared_bytes,
@@ -476,21 +478,31 @@ def _shape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- folding
 def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
-    """Evaluate a node whose inputs are all constants; True when folded."""
+    """Evaluate a node whose inputs are all constants; True when folded.
+
+    The result's size is predicted from the inputs' shapes and reserved against the limits (and
+    the model's running total) before anything computes it (qcc.frontends.onnx_fold_size).
+    """
     op = node.op_type
     if op == "Constant":
+        where = f"node {node.name!r} (Constant)"
         if "value" in attrs:
-            ctx.consts[node.output[0]] = to_array(attrs["value"], f"node {node.name!r} (Constant)", ctx.source)
+            tensor = attrs["value"]
+            count = math.prod(int(d) for d in tensor.dims)
+            ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
+            ctx.consts[node.output[0]] = to_array(tensor, where, ctx.source)
         else:
             key, val = next(iter(attrs.items()))
             dtype = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}.get(key)
             if dtype is None:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Constant) with {key}")
+            ctx.reserve(len(val) if isinstance(val, list) else 1, np.dtype(dtype).itemsize, where)
             ctx.consts[node.output[0]] = np.array(val, dtype=dtype)
         return True
     if not all(ctx.is_const(n) for n in node.input):
         return False
     ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
+    _reserve_result(ctx, node, op, ins, attrs)
     result: Any
     if op == "ConstantOfShape":
         where = f"node {node.name!r} (ConstantOfShape)"
@@ -500,15 +512,11 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
-        ctx.reserve(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize, f"node {node.name!r} (ConstantOfShape)")
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op == "Identity":
         result = [ins[0]]
     elif op == "Cast" and TYPE_NAMES.get(attrs["to"]) in DTYPES:
         result = [np.asarray(ins[0]).astype(DTYPES[TYPE_NAMES[attrs["to"]]])]
-    elif op in ("Expand", "Tile", "Range"):
-        _precheck_size(ctx, node, op, ins)
-        result = _reference_eval(ctx, node, op, ins)
     else:
         result = _reference_eval(ctx, node, op, ins)
     for name, array in zip(node.output, result):
@@ -517,19 +525,17 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
     return True
 
 
-def _precheck_size(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> None:
-    """Refuse constant ops whose result would be huge before the evaluator allocates it."""
+def _reserve_result(ctx: _Ctx, node: Any, op: str, ins: list[Any], attrs: dict[str, Any]) -> None:
+    """Refuse a folded result over the limits before numpy or the reference evaluator allocates it."""
     try:
-        if op == "Expand":
-            count = int(np.prod(np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1])), dtype=np.float64))
-        elif op == "Tile":
-            count = int(np.size(ins[0]) * np.prod([float(r) for r in ins[1]]))
-        else:
-            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins[:3])
-            count = int(max(0.0, np.ceil((limit - start) / delta))) if delta else 1 << 62
-    except (ValueError, TypeError, IndexError, OverflowError):
+        count = folded_elements(op, ins, attrs)
+        itemsize = folded_itemsize(op, ins, attrs, DTYPES.get(TYPE_NAMES.get(attrs.get("to", -1), "")))
+        if op == "ConstantOfShape" and "value" in attrs:
+            itemsize = max(1, declared_bytes(attrs["value"]))
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError, AttributeError):
         raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
-    ctx.reserve(count, np.asarray(ins[0]).dtype.itemsize, f"node {node.name!r} ({op})")
+    elements = int(count) if math.isfinite(count) and count < 2**62 else 2**62
+    ctx.reserve(elements, itemsize, f"node {node.name!r} ({op})")
 
 
 def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:

@@ -205,8 +205,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    if not args.debug:
-        import logging
+    import logging
+
+    if args.debug:
+        logging.getLogger("qcc").setLevel(logging.DEBUG)  # readers then leave frameworks' own logs alone
+    else:
         import warnings
 
         warnings.simplefilter("ignore")

@@ -269,7 +269,10 @@ def _softmax(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if ctx.opset >= 13:
         ctx.emit(node, "Softmax", [x], {"axis": attrs.get("axis", -1)})
         return
-    axis = attrs.get("axis", 1) % max(rank, 1)
+    axis = attrs.get("axis", 1)
+    if not -rank <= axis < max(rank, 1):
+        raise InvalidInputError(f"{ctx.source}: node {node.name!r} (Softmax): axis {axis} out of range for rank {rank}")
+    axis %= max(rank, 1)
     if axis == rank - 1:
         ctx.emit(node, "Softmax", [x], {"axis": -1})
         return
@@ -657,13 +660,15 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
             continue
         if node.op_type not in IMPORTERS and node.op_type not in _FOLD_ONLY:
             unsupported.setdefault(node.op_type, []).append(node.name)
+    for index, node in enumerate(g.node):
+        if not node.name:
+            node.name = f"{node.op_type.lower()}_{index}"
+    _check_graph_structure(g, source)
     if unsupported:
         listed = "; ".join(f"{op} (nodes {', '.join(repr(n) for n in names[:3])}{'...' if len(names) > 3 else ''})"
                            for op, names in sorted(unsupported.items()))
         raise UnsupportedError(f"{source}: unsupported ONNX op(s): {listed}. Supported: {', '.join(supported_ops())}")
-    for index, node in enumerate(g.node):
-        if not node.name:
-            node.name = f"{node.op_type.lower()}_{index}"
+    for node in g.node:
         try:
             _import_node(ctx, g, node, source)
         except QccError:
@@ -688,9 +693,69 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
     return model
 
 
+def _check_graph_structure(g: Any, source: str) -> None:
+    """What ONNX's checker requires and the importer relies on: one producer per tensor (not a
+    graph input or initializer), at least one output and one node. Linear in the graph's size."""
+    if not len(g.output):
+        raise InvalidInputError(f"{source}: the graph has no outputs: nothing to compile")
+    if not len(g.node):
+        raise InvalidInputError(f"{source}: the graph has no nodes: nothing to compile")
+    defined = {t.name: "an initializer" for t in g.initializer}
+    defined.update({vi.name: "a graph input" for vi in g.input if vi.name not in defined})
+    for node in g.node:
+        for name in node.output:
+            if not name:
+                continue
+            if name in defined:
+                raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) writes {name!r}, which "
+                                        f"{defined[name]} already defines (each tensor has one producer)")
+            defined[name] = f"node {node.name!r} ({node.op_type})"
+
+
+_SCHEMAS: dict[tuple[str, int], Any] = {}
+
+
+def _check_attributes(node: Any, opset: int, source: str) -> None:
+    """Attributes by ONNX's own schema for the op and opset: known names, declared types.
+
+    A string where ints are expected would otherwise be read as its bytes (Transpose perm="ab"
+    is perm [97, 98]); an attribute the op does not have would be ignored.
+    """
+    from onnx import defs
+
+    key = (node.op_type, opset)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = defs.get_schema(node.op_type, opset, "")
+        except defs.SchemaError:
+            _SCHEMAS[key] = None
+    schema = _SCHEMAS[key]
+    if schema is None:
+        return
+    for attribute in node.attribute:
+        spec = schema.attributes.get(attribute.name)
+        where = f"{source}: node {node.name!r} ({node.op_type})"
+        if spec is None:
+            raise InvalidInputError(f"{where} has attribute {attribute.name!r}, which {node.op_type} (opset {opset}) "
+                                    f"does not define (it has: {', '.join(sorted(schema.attributes)) or 'none'})")
+        if attribute.type != int(spec.type.value):
+            raise InvalidInputError(f"{where}: attribute {attribute.name!r} is {_attr_type(attribute.type)}, "
+                                    f"{node.op_type} takes {_attr_type(int(spec.type.value))}")
+
+
+def _attr_type(code: int) -> str:
+    from onnx import AttributeProto
+
+    try:
+        return str(AttributeProto.AttributeType.Name(code)).lower()
+    except ValueError:
+        return f"type {code}"
+
+
 def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
     from onnx import helper
 
+    _check_attributes(node, ctx.opset, source)
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if _fold(ctx, node, attrs):
         return

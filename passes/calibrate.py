@@ -61,7 +61,7 @@ class Calibrate(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import bind_inputs
+        from qcc.data import bind_inputs, calibration_warnings
 
         if ctx.calib_data is None:
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
@@ -69,6 +69,8 @@ class Calibrate(Pass):
         check_finite_params(model)
         source = ctx.calib_name
         feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)  # no whole-array temporaries
+        for warning in calibration_warnings(feeds, source):
+            ctx.note("warnings", warning)
         count = len(next(iter(feeds.values()))) if feeds else 0
         if self.max_samples is not None:
             count = min(count, self.max_samples)

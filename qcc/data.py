@@ -15,6 +15,7 @@ import numpy as np
 
 from qcc import archive, limits
 from qcc.errors import InvalidInputError, UsageError
+from qcc.io import require_regular_file
 from qcc.ir.core import Model
 from qcc.ir.types import DTYPES
 
@@ -23,8 +24,9 @@ def load_npz(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict
     """Read arrays without unpickling; the archive and each .npy header are checked before inflating."""
     source = Path(path)
     text = str(source)
-    if not source.is_file():
+    if not os.path.lexists(source):
         raise UsageError(f"{source}: no such file")
+    require_regular_file(source, "data file")  # a FIFO would block zipfile's open, a device never end
     try:
         with archive.reading(text, ".npz"), zipfile.ZipFile(source) as zf:
             arrays: dict[str, np.ndarray] = {}
@@ -105,3 +107,34 @@ def all_finite(array: np.ndarray, chunk: int = 1 << 20) -> bool:
     """np.isfinite(array).all() in chunks: no whole-array temporary (calibration memory stays flat)."""
     flat = array.reshape(-1)
     return all(bool(np.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.size, chunk))
+
+
+def calibration_warnings(feeds: dict[str, np.ndarray], source: str, chunk: int = 1 << 20) -> list[str]:
+    """What makes calibration data useless though it is valid: all zeros, one constant value, or
+    subnormal values (no fixed-point or int8 grid fitted to them means anything). One line each.
+
+    Read in chunks like `all_finite`: no whole-array temporaries.
+    """
+    warnings = []
+    for name, array in feeds.items():
+        if array.dtype.kind != "f" or not array.size:
+            continue
+        flat = array.reshape(-1)
+        low, high = np.inf, -np.inf
+        subnormal = 0
+        tiny = np.finfo(array.dtype).tiny
+        for i in range(0, flat.size, chunk):
+            part = flat[i:i + chunk]
+            low, high = min(low, float(part.min())), max(high, float(part.max()))
+            magnitude = np.abs(part)
+            subnormal += int(np.count_nonzero((magnitude < tiny) & (magnitude > 0)))
+        where = f"{source}: calibration array {name!r}"
+        if low == high == 0.0:
+            warnings.append(f"{where} is all zeros: the ranges calibrated on it say nothing about real inputs")
+        elif low == high:
+            warnings.append(f"{where} holds one value ({low:g}) in all {flat.size} elements: the ranges calibrated "
+                            "on it say nothing about real inputs")
+        if subnormal:
+            warnings.append(f"{where} holds {subnormal} subnormal value(s) (0 < |x| < {tiny:.3g}): they are "
+                            "below any quantization step; is the data scaled as the model expects?")
+    return warnings

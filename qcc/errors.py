@@ -12,10 +12,14 @@ import zlib
 
 
 class QccError(Exception):
-    """Base of every error qcc raises on purpose."""
+    """Base of every error qcc raises on purpose. Its text is always one line: libraries (YAML,
+    protobuf, torch) put context on lines of their own, and the message quotes them."""
 
     exit_code = 1
     kind = "error"
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class UsageError(QccError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from qcc.ir.core import Model
@@ -11,6 +12,8 @@ MISSING = object()
 
 
 def print_compile_summary(model: Model, report: dict[str, Any]) -> None:
+    for warning in report.get("warnings", []):  # on stderr, one line each, like errors
+        print(f"qcc: warning: {warning}", file=sys.stderr)
     graph = model.graph
     pipeline = ",".join(report.get("pipeline", [])) or "(none)"
     print(f"qcc: compiled {report.get('output')} [target {report.get('target')}]: "

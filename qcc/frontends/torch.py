@@ -64,9 +64,9 @@ def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = N
     """Import a program saved with `torch.export.save`."""
     from qcc.frontends.pt2_safety import check_pt2, drop_guards, weights_only_loading
 
-    torch = import_torch()
     source = Path(path)
     require_regular_file(source, "model")
+    torch = import_torch()
     check_pt2(source)  # torch.export.load trusts its input: see pt2_safety
     logged: list[BaseException] = []
     try:

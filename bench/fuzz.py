@@ -773,9 +773,11 @@ def markdown_section(results: list[dict[str, Any]]) -> str:
     """The `## Mutation campaign` section of docs/benchmarks.md for finished campaigns."""
     import platform
 
-    first = results[0]
+    first = max(results, key=lambda r: r["cases"])
+    capped = " ".join(f"--max-cases {r['reader']}={r['cases']}" for r in results if r["cases"] < first["cases"])
     lines = ["## Mutation campaign", "",
-             f"`python bench/fuzz.py --reader all --cases {first['cases']} --seed {first['seed']} --doc`, "
+             f"`python bench/fuzz.py --reader all --cases {first['cases']} {capped + ' ' if capped else ''}"
+             f"--seed {first['seed']} --doc`, "
              f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, "
              f"{results[0]['workers']} workers, {results[0]['timeout']:g} s per case, workers capped at "
              f"{results[0]['memory_mb']} MB of address space with qcc's limits "
@@ -803,6 +805,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reader", required=True, choices=[*sorted(READERS), "all"])
     parser.add_argument("--cases", type=int, default=1000)
+    parser.add_argument("--max-cases", action="append", default=[], metavar="READER=N",
+                        help="fewer cases for a slow reader (e.g. bomb=1000); repeatable")
     parser.add_argument("--first", type=int, default=0, help="index of the first case (to resume or replay)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per case")
@@ -813,9 +817,10 @@ def main() -> int:
     parser.add_argument("--doc", action="store_true", help="write the results into docs/benchmarks.md")
     args = parser.parse_args()
     results = []
+    caps = {name: int(count) for name, _, count in (item.partition("=") for item in args.max_cases)}
     for reader in sorted(READERS) if args.reader == "all" else [args.reader]:
-        result = run_campaign(reader, args.cases, args.seed, args.timeout, args.workers, args.memory_mb,
-                              verbose=not args.json, first=args.first)
+        result = run_campaign(reader, min(args.cases, caps.get(reader, args.cases)), args.seed, args.timeout,
+                              args.workers, args.memory_mb, verbose=not args.json, first=args.first)
         if args.save and result["findings"]:
             for path in save_cases(reader, args.seed, [i for i, _, _ in result["findings"]], args.save):
                 print(f"  saved {path}", file=sys.stderr)

@@ -211,18 +211,20 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
                                     f"({info.st_size} bytes)")
         if want > max_bytes:
             raise InvalidInputError(f"{name}: {what} of {want} bytes is over the {max_bytes}-byte limit")
-        chunks: list[bytes] = []
-        got = 0
         os.lseek(fd, offset, os.SEEK_SET)
+        # one read fills one buffer (a regular file gives all it has, up to 2 GiB): reading in
+        # chunks and joining them would need twice the file's size at the peak
+        chunks = [os.read(fd, want)]
+        got = len(chunks[0])
         while got < want:
-            chunk = os.read(fd, min(1 << 24, want - got))
+            chunk = os.read(fd, want - got)
             if not chunk:
                 break
             chunks.append(chunk)
             got += len(chunk)
         if got != want:
             raise InvalidInputError(f"{name}: {what} ended after {got} of {want} bytes")
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 

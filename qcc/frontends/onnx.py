@@ -612,20 +612,24 @@ def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: 
     """Import an ONNX file (see module doc); `batch_size` binds a symbolic first dimension."""
     source = Path(path)
     proto = _read(source, limits.current().max_file_bytes)
-    return import_proto(proto, str(source), batch_size)
+    return import_proto(proto, str(source), batch_size, consume=True)
 
 
-def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None) -> Model:
-    """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`."""
+def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None, consume: bool = False) -> Model:
+    """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`.
+
+    `consume=True` drops each initializer's bytes from `proto` once it is an array, so the file's
+    parameters are not held twice at the peak (the proto is the caller's, so only on request).
+    """
     try:
-        return _import_proto(proto, source, batch_size)
+        return _import_proto(proto, source, batch_size, consume)
     except QccError:
         raise
     except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{source}: malformed ONNX model: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
-def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
+def _import_proto(proto: Any, source: str, batch_size: int | None, consume: bool) -> Model:
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
@@ -642,6 +646,8 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
         count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
         ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
         ctx.consts[tensor.name] = to_array(tensor, where, source)
+        if consume:
+            tensor.ClearField("raw_data")
     for vi in g.input:
         if vi.name in ctx.consts:
             continue

@@ -256,7 +256,7 @@ def _nnp_parts(seeds: list[bytes]) -> tuple[dict[str, bytes], dict[str, np.ndarr
     if "parts" not in _NNP_PARAMS:
         import tempfile
 
-        from qcc.frontends.nnp_archive import read_nnp
+        from qcc.formats.nnp_archive import read_nnp
 
         with zipfile.ZipFile(io.BytesIO(seeds[-1])) as zf:
             members = {info.filename: zf.read(info) for info in zf.infolist()}

@@ -239,10 +239,10 @@ def test_real_calibration_data_gets_no_warning() -> None:
     assert calibration_warnings(load_npz(DIGITS / "calib.npz"), "calib.npz") == []
 
 
-def test_settings_special_file_from_the_nnb_backend_is_refused_too(tmp_path: Path) -> None:
+def test_settings_read_by_a_target_refuse_special_files_too(tmp_path: Path) -> None:
     link = tmp_path / "settings.yaml"
     os.symlink("/dev/zero", link)
     with pytest.raises(InvalidInputError, match="not a regular file"):
-        from qcc.settings_yaml import load_settings
+        from qcc.formats.settings_yaml import load_settings
 
         load_settings(link)

@@ -151,7 +151,7 @@ def test_special_files_are_refused_not_read_or_waited_for(tmp_path: Path) -> Non
             os.symlink(target, paths[kind + ext])
     out = tmp_path / "out.onnx"
     commands: list[list[str | Path]] = []
-    for name, path in paths.items():
+    for path in paths.values():
         ext = path.suffix
         if ext in (".onnx", ".nnp"):
             commands.append(["compile", path, "-o", out])

@@ -149,8 +149,8 @@ def test_a_run_that_fails_after_writing_its_output_removes_it(tmp_path: Path) ->
 
 def test_the_c_target_refuses_colliding_file_names_from_python_too(tmp_path: Path) -> None:
     model = qcc.load(MODEL)
-    with pytest.raises(UsageError, match="two files named 'main.c'"):
-        qcc.write(model, tmp_path / "build", target="c", c_name="Main")
+    with pytest.raises(UsageError, match=r"two files named 'main\.c'"):
+        qcc.write(model, tmp_path / "build", target="c", name="Main")
     assert not (tmp_path / "build").exists()
 
 

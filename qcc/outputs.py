@@ -255,8 +255,7 @@ def check_outputs(output: str | os.PathLike[str], backend: Any, inputs: dict[str
         check_file_target(outputs["report"], "report")
     if dump_ir is not None:
         outputs["IR dump directory"] = os.fspath(dump_ir)
-        info = _lstat(Path(outputs["IR dump directory"]))
-        if info is not None and not stat.S_ISDIR(os.stat(outputs["IR dump directory"]).st_mode):
+        if _lstat(Path(outputs["IR dump directory"])) is not None and not os.path.isdir(outputs["IR dump directory"]):
             raise UsageError(f"{outputs['IR dump directory']}: --dump-ir needs a directory; this is an existing file")
     sources = {role: os.fspath(path) for role, path in inputs.items() if isinstance(path, (str, os.PathLike))}
     dirs = {"IR dump directory"} | ({"output"} if directory else set())

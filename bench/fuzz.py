@@ -16,7 +16,9 @@ index and struct word edits; YAML: unsafe tags, alias bombs, deep nesting). Case
 Each case runs in a worker process (address space capped with RLIMIT_AS, qcc's limits set to
 CAMPAIGN_LIMITS, cwd inside a sandbox) with a time limit, and is counted as `ok` (read fine), `clean` (a qcc error naming the file),
 `unnamed` (a qcc error whose message does not name the file), `crash` (any other exception,
-MemoryError, the worker dying from a signal, or a file written anywhere but the case's own file),
+MemoryError, the worker dying from a signal, a file written anywhere but the case's own file, or
+a case that raised the worker's peak memory by more than PEAK_GROWTH_MB: it allocated what the
+limits should have refused first),
 `hang` (time limit; a worker stuck in native code is killed by the parent), `wrong` (values that
 differ from onnxruntime's), `outside` (a file outside the model's folder read into the model) or
 `lost` (a compile changed or deleted a user's file it was not asked to replace).
@@ -66,6 +68,9 @@ DIGITS = ROOT / "examples" / "digits"
 # Workers run with these limits under a memory cap of about four times them: any allocation the
 # limits do not bound shows up as a MemoryError (a crash), not as a slow success.
 CAMPAIGN_LIMITS = {"max_parameter_bytes": 512 * 1024 * 1024, "max_archive_bytes": 512 * 1024 * 1024}
+# what one case may add to a worker's peak RSS: what the limits let through and the reader's own
+# working memory; a case over it allocated something the limits should have refused first
+PEAK_GROWTH_MB = 1024
 ESCAPE_NAME = "qcc_fuzz_escape"  # zip-slip members are named after this; none may ever appear
 ABSOLUTE_ESCAPE = f"/tmp/{ESCAPE_NAME}_abs"
 
@@ -614,6 +619,10 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
                 remove(os.path.join(cwd, name))
         remove(cases)
         rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        grew_mb = (rss_kb - rss_before) // 1024
+        if grew_mb > PEAK_GROWTH_MB and outcome in ("ok", "clean"):  # allocated first, checked after?
+            outcome, detail = "crash", (f"the case raised the worker's peak memory by {grew_mb} MB, past what "
+                                        f"the limits allow ({outcome}: {detail})")
         results.put((index, outcome, detail, rss_kb, rss_kb - rss_before))
 
 

@@ -402,7 +402,9 @@ def _zip_of_zeros(names: list[str], size: int, extra: dict[str, bytes]) -> bytes
 def _fold_bomb(rng: random.Random) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
-    big = rng.choice((2**16, 2**17, 3 * 2**15))
+    # results from 256 MiB (under the campaign's limits: allowed) through 1-2 GiB (within the worker's
+    # memory cap: a reader that allocates before checking gets them, and the peak shows it) to 64 GiB
+    big = rng.choice((2**13, 2**14, 3 * 2**13, 2**16, 2**17))
     f32 = np.float32
     kind = rng.choice(("add", "where", "equal", "matmul", "gemm", "gather", "pad", "expand", "tile", "range",
                        "convtranspose", "conv_pads", "maxpool_pads", "concat", "constant_of_shape_chain", "sum",

@@ -19,7 +19,7 @@ from qcc.errors import InvalidInputError, UsageError
 @attrs.frozen
 class Limits:
     """Defaults sized from measured peaks (docs/errors.md, "Resource limits"): the worst target (c)
-    needs ~13x the parameter bytes, a quantized compile ~55 KB per node."""
+    needs ~13x the parameter bytes, a quantized compile ~44 KB per node."""
 
     max_file_bytes: int = 2 * 1024**3  # protobuf's own ceiling for one message; the .nnb format's too
     max_tensor_elements: int = 1 << 31

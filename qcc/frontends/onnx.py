@@ -17,7 +17,7 @@ import numpy as np
 
 from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
-from qcc.frontends.onnx_fold_size import folded_elements, folded_itemsize
+from qcc.frontends.onnx_fold_size import folded_elements, folded_itemsize, folding_work
 from qcc.frontends.onnx_tensors import (
     TYPE_NAMES,
     declared_bytes,
@@ -539,6 +539,9 @@ def _reserve_result(ctx: _Ctx, node: Any, op: str, ins: list[Any], attrs: dict[s
         raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
     elements = int(count) if math.isfinite(count) and count < 2**62 else 2**62
     ctx.reserve(elements, itemsize, f"node {node.name!r} ({op})")
+    work = folding_work(op, ins, attrs, elements)  # transient: checked, not added to the model's total
+    if work > elements:
+        limits.check_tensor(int(min(work, 2**62)), itemsize, f"folding node {node.name!r} ({op})", ctx.source)
 
 
 def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:

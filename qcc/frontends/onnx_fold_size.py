@@ -7,7 +7,7 @@ an Expand. The importer reserves the bytes this module predicts (against `max_te
 `max_parameter_bytes` and the model's running total) before it lets numpy or onnx's reference
 evaluator allocate anything. Predictions are exact or upper bounds; an op without a rule is
 bounded by the sum of its inputs' sizes (true of every op the importer folds without a rule
-here: reductions, reshapes, slices, transposes, splits).
+here: reshapes, slices, transposes, splits).
 """
 
 from __future__ import annotations
@@ -114,6 +114,15 @@ def _pool(ins: list[Any], attrs: dict[str, Any]) -> float:
     return _window(ins, attrs, _shape(ins[0])[1])
 
 
+def _reduce(ins: list[Any], attrs: dict[str, Any]) -> float:
+    shape = _shape(ins[0])
+    axes = _ints(ins[1]) if len(ins) > 1 and ins[1] is not None else list(attrs.get("axes", []))
+    if not axes:
+        axes = [] if attrs.get("noop_with_empty_axes", 0) else list(range(len(shape)))
+    reduced = {a % max(len(shape), 1) for a in axes}
+    return _count([1 if i in reduced else d for i, d in enumerate(shape)])
+
+
 def _nonzero(ins: list[Any], attrs: dict[str, Any]) -> float:
     shape = _shape(ins[0])
     return _count(shape) * max(len(shape), 1)
@@ -146,6 +155,7 @@ RULES: dict[str, SizeRule] = {
     **{op: _first for op in ELEMENTWISE}, **{op: _broadcast for op in BROADCAST},
     "MatMul": _matmul, "Gemm": _gemm, "Gather": _gather, "Pad": _pad, "Concat": _concat, "Conv": _conv,
     "ConvTranspose": _conv_transpose, "MaxPool": _pool, "AveragePool": _pool, "NonZero": _nonzero,
+    **{op: _reduce for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceProd")},
     "Shape": _shape_op, "Expand": _expand, "Tile": _tile, "Range": _range, "ConstantOfShape": _constant_of_shape,
 }  # fmt: skip
 
@@ -160,6 +170,21 @@ def folded_elements(op: str, ins: list[Any], attrs: dict[str, Any]) -> float:
     Raises ValueError/IndexError/TypeError on inputs that cannot describe a result.
     """
     return RULES.get(op, _sum_of_inputs)(ins, attrs)
+
+
+def folding_work(op: str, ins: list[Any], attrs: dict[str, Any], elements: float) -> float:
+    """Elements of working memory onnx's reference evaluator needs to fold `op` (at least its result).
+
+    Its Conv and pools copy the padded input and gather every window (im2col): a 1x1 Conv of one
+    pixel padded to 8193x8193 (a 256 MiB result) took 1.3 GB. Charged as a multiple of the result:
+    the copies plus one per kernel element.
+    """
+    if op in ("Conv", "ConvTranspose"):
+        w = _shape(ins[1])
+        return elements * (8 + math.prod(w[1:]))
+    if op in ("MaxPool", "AveragePool"):
+        return elements * (8 + math.prod(attrs.get("kernel_shape", [1])))
+    return elements
 
 
 def folded_itemsize(op: str, ins: list[Any], attrs: dict[str, Any], to_dtype: Any = None) -> int:

@@ -70,7 +70,7 @@ DIGITS = ROOT / "examples" / "digits"
 CAMPAIGN_LIMITS = {"max_parameter_bytes": 512 * 1024 * 1024, "max_archive_bytes": 512 * 1024 * 1024}
 # what one case may add to a worker's peak RSS: what the limits let through and the reader's own
 # working memory; a case over it allocated something the limits should have refused first
-PEAK_GROWTH_MB = 1024
+PEAK_GROWTH_MB = 768
 ESCAPE_NAME = "qcc_fuzz_escape"  # zip-slip members are named after this; none may ever appear
 ABSOLUTE_ESCAPE = f"/tmp/{ESCAPE_NAME}_abs"
 
@@ -549,6 +549,21 @@ def _limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith(key))
+
+
+def _reset_peak() -> int:
+    """Reset this process's peak RSS (VmHWM) to its current RSS; returns that RSS in KB."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:  # an old kernel: the peak then counts from the worker's start
+        pass
+    return _status_kb("VmRSS")
+
+
 def _run_case(reader: str, path: str, timeout: float, case: bytes | Case) -> tuple[str, str]:
     from qcc.errors import QccError
 
@@ -608,7 +623,9 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
             with open(path, "wb") as handle:
                 handle.write(case)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        own_before = _reset_peak()
         outcome, detail = _run_case(reader, path, timeout, case)
+        grew_mb = (_status_kb("VmHWM") - own_before) // 1024  # this case's own peak, not the worker's
         # a reader may read its input, nothing else: any new file is a failure (the outputs
         # reader judges what a compile wrote itself)
         written = sorted(set(os.listdir(cases)) - created) if reader != "outputs" else []
@@ -619,7 +636,6 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
                 remove(os.path.join(cwd, name))
         remove(cases)
         rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        grew_mb = (rss_kb - rss_before) // 1024
         if grew_mb > PEAK_GROWTH_MB and outcome in ("ok", "clean"):  # allocated first, checked after?
             outcome, detail = "crash", (f"the case raised the worker's peak memory by {grew_mb} MB, past what "
                                         f"the limits allow ({outcome}: {detail})")

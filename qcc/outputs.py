@@ -9,8 +9,8 @@
   deletes what it holds, even with `--force`); no two outputs may share a path; the files a
   directory target writes must have distinct names (`-o out/main --target c` would write the
   driver's `main.c` over the model's).
-- The folder each output goes into must accept a new file: it is probed by creating (and
-  removing) one, so a read-only folder fails before the model is even loaded.
+- The folder each output goes into must take new files (write permission, not a read-only file
+  system), so such a folder fails before the model is even loaded.
 - A run that fails after its output was written (a report that cannot be written, an
   interrupt) removes the output it wrote (`OutputPlan.writing`): a failed run leaves nothing.
 
@@ -24,7 +24,6 @@ import contextlib
 import contextvars
 import os
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -125,24 +124,26 @@ def check_file_target(target: str | os.PathLike[str], what: str = "output") -> N
 
 
 def check_writable_folder(target: str | os.PathLike[str], what: str = "output") -> None:
-    """The folder `target` goes into accepts a new file (probed), or could be created (parent writable)."""
+    """The folder `target` goes into (or the nearest one that exists) takes new files.
+
+    Asked of the system, not tried: a refused compile must not touch the folder (not even its
+    modification time). Root passes `os.access` everywhere; a folder that refuses root anyway
+    (sysfs) fails at the write, still as an OutputError that leaves nothing behind.
+    """
     path = Path(os.path.abspath(os.fspath(target)))
     folder = path.parent
     while _lstat(folder) is None and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise UsageError(f"{path}: cannot write the {what}: {folder} is not a directory")
-    if folder != path.parent:  # folders to create: the nearest existing one must take them
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise OutputError(f"{path}: cannot write the {what}: cannot create folders in {folder}")
-        return
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot write the {what} into {folder}: permission denied")
     try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write the {what} into {folder}: {exc.strerror}") from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        read_only = False
+    if read_only:
+        raise OutputError(f"{path}: cannot write the {what} into {folder}: read-only file system")
 
 
 # ----------------------------------------------------------------------------- the whole run

@@ -100,11 +100,13 @@ def test_outputs_never_land_on_inputs_other_outputs_or_special_files(user: Path)
 
 
 def test_a_folder_that_refuses_files_is_a_cannot_write_error_before_any_work(tmp_path: Path) -> None:
-    # /sys takes no new files, even from root (os.access would say yes to root: qcc probes instead)
-    run = run_qcc("compile", MODEL, "-o", "/sys/qcc-test.onnx")
-    line = one_error(run, 74, "/sys/qcc-test.onnx")
-    assert line.startswith("qcc: cannot write:"), line
-    assert not os.path.exists("/sys/qcc-test.onnx")
+    # /proc/sys refuses new files to everyone, root included, and says so to os.access: refused up
+    # front; /sys says yes to root and refuses the file itself: refused at the write, same error
+    runs = run_all([["compile", MODEL, "-o", "/proc/sys/qcc-test.onnx"], ["compile", MODEL, "-o", "/sys/qcc-test.onnx"]])
+    first = one_error(runs[0], 74, "/proc/sys/qcc-test.onnx")
+    assert first.startswith("qcc: cannot write: /proc/sys/qcc-test.onnx: cannot write the output into"), first
+    assert one_error(runs[1], 74, "/sys/qcc-test.onnx").startswith("qcc: cannot write:")
+    assert not os.path.exists("/sys/qcc-test.onnx") and not os.path.exists("/proc/sys/qcc-test.onnx")
 
 
 def _limited_qcc(args: list[str | Path], file_size: int) -> subprocess.CompletedProcess[str]:

@@ -80,23 +80,26 @@ def test_outputs_never_land_on_inputs_other_outputs_or_special_files(user: Path)
     os.mkfifo(user / "fifo")
     (user / "main").mkdir()
     before = snapshot(user)
-    cases: list[tuple[list[str | Path], Path, str]] = [
-        (["compile", model, "-o", model], model, "is the model"),
-        (["compile", model, "-o", work, "--force"], work, "holds the model"),  # even --force keeps inputs
-        (["compile", model, "-o", calib, "--target", "onnx", "--eval", calib], calib, "evaluation data"),
-        (["compile", model, "-o", user / "out.onnx", "--report", model], model, "is the model"),
-        (["compile", model, "-o", user / "out.onnx", "--report", user / "out.onnx"], user / "out.onnx", "each other"),
-        (["compile", model, "-o", user / "main", "--target", "c"], user / "main", "two files named 'main.c'"),
-        (["compile", model, "-o", user / "fifo", "--target", "onnx"], user / "fifo", "special file"),
-        (["compile", model, "-o", user / "notes", "--target", "onnx"], user / "notes", "existing directory"),
-        (["compile", model, "-o", user / "out.onnx", "--report", user / "notes"], user / "notes", "existing directory"),
-        (["compile", model, "-o", user / "out.onnx", "--dump-ir", user / "plain"], user / "plain", "needs a directory"),
-        (["compile", model, "-o", user / "plain" / "x.onnx"], user / "plain" / "x.onnx", "not a directory"),
+    cases: list[tuple[Path, dict[str, object], Path, str]] = [
+        (model, {}, model, "is the model"),
+        (work, {"force": True}, work, "holds the model"),  # even --force keeps inputs
+        (calib, {"target": "onnx", "eval": str(calib)}, calib, "evaluation data"),
+        (user / "out.onnx", {"report": str(model)}, model, "is the model"),
+        (user / "out.onnx", {"report": str(user / "out.onnx")}, user / "out.onnx", "each other"),
+        (user / "main", {"target": "c"}, user / "main", "two files named 'main.c'"),
+        (user / "fifo", {"target": "onnx"}, user / "fifo", "special file"),
+        (user / "notes", {"target": "onnx"}, user / "notes", "existing directory"),
+        (user / "out.onnx", {"report": str(user / "notes")}, user / "notes", "existing directory"),
+        (user / "out.onnx", {"dump_ir": str(user / "plain")}, user / "plain", "needs a directory"),
+        (user / "plain" / "x.onnx", {}, user / "plain" / "x.onnx", "not a directory"),
     ]
-    for (args, path, needle), run in zip(cases, run_all([c[0] for c in cases])):
-        line = one_error(run, 2, path)
-        assert needle in line, (args, line)
+    for out, options, path, needle in cases:
+        with pytest.raises(UsageError) as info:
+            qcc.compile(model, out, **options)  # type: ignore[arg-type]
+        assert str(path) in str(info.value) and needle in str(info.value), (out, options, str(info.value))
     assert snapshot(user) == before  # nothing written, nothing lost
+    # the command line says the same in one line, exit 2
+    one_error(run_qcc("compile", model, "-o", model), 2, model)
 
 
 def test_a_folder_that_refuses_files_is_a_cannot_write_error_before_any_work(tmp_path: Path) -> None:

@@ -376,7 +376,7 @@ def _zeros_deflated(size: int) -> bytes:
     return _ZERO_STREAMS[size]
 
 
-def _zip_of_zeros(names: list[str], size: int, extra: dict[str, bytes]) -> bytes:
+def zip_of_zeros(names: list[str], size: int, extra: dict[str, bytes]) -> bytes:
     """A zip whose `names` each inflate to `size` zero bytes, built without compressing them again."""
     stream = _zeros_deflated(size)
     crc = zlib.crc32(bytes(size))
@@ -492,8 +492,8 @@ def bomb_case(rng: random.Random, seeds: list[bytes]) -> Case:
     count = rng.choice((40, 200))
     if kind == "nnp_members":
         names = [f"parameter{i}.{rng.choice(('protobuf', 'h5', 'nntxt', 'bin'))}" for i in range(count)]
-        return Case((("case.nnp", _zip_of_zeros(names, size, members)),), "case.nnp")
-    return Case((("case.npz", _zip_of_zeros([f"x{i}.npy" for i in range(count)], size, {})),), "case.npz")
+        return Case((("case.nnp", zip_of_zeros(names, size, members)),), "case.nnp")
+    return Case((("case.npz", zip_of_zeros([f"x{i}.npy" for i in range(count)], size, {})),), "case.npz")
 
 
 def read_bomb(path: str) -> None:

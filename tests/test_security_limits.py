@@ -9,10 +9,8 @@ Each hostile input is built here and given to the `qcc` command under a 2 GiB ad
 from __future__ import annotations
 
 import copy
-import io
 import os
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qcc
+from bench.fuzz_classes import zip_of_zeros
 from qcc import limits
 from qcc.ir.text import print_model
 from qcc.ir.verify import verify_model
@@ -78,28 +77,6 @@ def test_folded_constants_count_against_a_running_total(tmp_path: Path, monkeypa
     assert len(qcc.load(path).graph.nodes) == 1
 
 
-def _zip_of_zeros(names: list[str], size: int, extra: dict[str, bytes]) -> bytes:
-    """A valid zip whose `names` each inflate to `size` zero bytes (compressed once, stored many times)."""
-    stream = zlib.compress(bytes(size), 9)[2:-4]
-    crc = zlib.crc32(bytes(size))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in extra.items():
-            zf.writestr(name, data)
-        offsets = []
-        for name in names:
-            zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), stream, compress_type=zipfile.ZIP_STORED)
-            info = zf.getinfo(name)
-            info.compress_type, info.file_size, info.CRC = zipfile.ZIP_DEFLATED, size, crc
-            offsets.append(info.header_offset)
-    raw = bytearray(out.getvalue())
-    for offset in offsets:
-        raw[offset + 8:offset + 10] = zipfile.ZIP_DEFLATED.to_bytes(2, "little")
-        raw[offset + 14:offset + 18] = crc.to_bytes(4, "little")
-        raw[offset + 22:offset + 26] = size.to_bytes(4, "little")
-    return bytes(raw)
-
-
 def test_archive_members_just_under_the_ratio_floor_do_not_add_up(tmp_path: Path) -> None:
     """200 members of 16 MiB - 1 byte each (3.2 GB, under the 4 GiB archive limit), 16 KiB compressed each."""
     nnp = tmp_path / "digits.nnp"
@@ -108,9 +85,9 @@ def test_archive_members_just_under_the_ratio_floor_do_not_add_up(tmp_path: Path
         members = {info.filename: zf.read(info) for info in zf.infolist()}
     names = [f"parameter{i}.protobuf" for i in range(200)]
     bomb = tmp_path / "members.nnp"
-    bomb.write_bytes(_zip_of_zeros(names, 16 * 1024**2 - 1, members))
+    bomb.write_bytes(zip_of_zeros(names, 16 * 1024**2 - 1, members))
     npz = tmp_path / "members.npz"
-    npz.write_bytes(_zip_of_zeros([f"x{i}.npy" for i in range(200)], 16 * 1024**2 - 1, {}))
+    npz.write_bytes(zip_of_zeros([f"x{i}.npy" for i in range(200)], 16 * 1024**2 - 1, {}))
     assert bomb.stat().st_size < 10 * 1024**2
     runs = run_all([["inspect", bomb], ["compile", MODEL, "-o", tmp_path / "q.onnx", "--target", "onnx-qdq",
                                         "--quantize", "int8", "--calib", npz]], address_space=CAP)

@@ -162,7 +162,7 @@ def _inside(path: str, directory: str) -> bool:
     return here != root and os.path.commonpath([root, here]) == root
 
 
-def _collisions(outputs: dict[str, str], directories: set[str], inputs: dict[str, str]) -> None:
+def _collisions(outputs: dict[str, str], directories: set[str], inputs: dict[str, str], replaced: set[str]) -> None:
     named = list(outputs.items())
     for i, (what, path) in enumerate(named):
         for other, other_path in named[i + 1:]:
@@ -172,7 +172,7 @@ def _collisions(outputs: dict[str, str], directories: set[str], inputs: dict[str
         for source, source_path in inputs.items():
             if _same(path, source_path):
                 raise UsageError(f"{path}: the {what} is the {source}; writing it would destroy the input")
-            if what in directories and _inside(source_path, path):
+            if what in replaced and _inside(source_path, path):
                 raise UsageError(f"{path}: the {what} directory holds the {source} ({source_path}); replacing the "
                                  "directory would delete it")
 
@@ -233,12 +233,15 @@ def _remove(path: Path) -> None:
 
 def check_outputs(output: str | os.PathLike[str], backend: Any, inputs: dict[str, Any],
                   report: str | os.PathLike[str] | None = None, dump_ir: str | os.PathLike[str] | None = None,
-                  force: bool = False, target_options: Any = None) -> OutputPlan:
+                  force: bool = False, target_options: Any = None,
+                  plots: str | os.PathLike[str] | None = None) -> OutputPlan:
     """Every check on what the run will write, before any work (see module doc).
 
     `inputs` names the run's input files by role ({"model": path, "calibration data": path, ...};
     None or in-memory models are skipped). A directory target may list the files it will write
-    (`file_names(out, target_options)`) to have their names checked against each other.
+    (`file_names(out, target_options)`) to have their names checked against each other. The IR
+    dump and plot directories take new files beside what they hold; only the output directory is
+    replaced whole.
     """
     out = os.fspath(output)
     directory = bool(getattr(backend, "output_is_directory", False))
@@ -254,13 +257,16 @@ def check_outputs(output: str | os.PathLike[str], backend: Any, inputs: dict[str
     if report is not None:
         outputs["report"] = os.fspath(report)
         check_file_target(outputs["report"], "report")
-    if dump_ir is not None:
-        outputs["IR dump directory"] = os.fspath(dump_ir)
-        if _lstat(Path(outputs["IR dump directory"])) is not None and not os.path.isdir(outputs["IR dump directory"]):
-            raise UsageError(f"{outputs['IR dump directory']}: --dump-ir needs a directory; this is an existing file")
+    folders = {"IR dump directory": ("--dump-ir", dump_ir), "plots directory": ("--plots", plots)}
+    for what, (flag, folder) in folders.items():
+        if folder is None:
+            continue
+        outputs[what] = os.fspath(folder)
+        if _lstat(Path(outputs[what])) is not None and not os.path.isdir(outputs[what]):
+            raise UsageError(f"{outputs[what]}: {flag} needs a directory; this is an existing file")
     sources = {role: os.fspath(path) for role, path in inputs.items() if isinstance(path, (str, os.PathLike))}
-    dirs = {"IR dump directory"} | ({"output"} if directory else set())
-    _collisions(outputs, dirs, sources)
+    replaced = {"output"} if directory else set()
+    _collisions(outputs, set(folders) | replaced, sources, replaced)
     for what, path in outputs.items():
-        check_writable_folder(path if what != "IR dump directory" else os.path.join(path, "x"), what)
+        check_writable_folder(path if what not in folders else os.path.join(path, "x"), what)
     return OutputPlan(out, directory, outputs.get("report"), force)

@@ -205,7 +205,7 @@ def test_outputs_are_the_same_bytes_however_the_model_path_was_typed(tmp_path: P
     code = ("import sys, qcc\n"
             "for target, out in (('onnx', 'float.onnx'), ('onnx-qdq', 'qdq.onnx')):\n"
             "    qcc.compile(sys.argv[1], sys.argv[2] + '/' + out, target=target, quantize='int8' if target != 'onnx' "
-            "else 'none', calib=sys.argv[3])\n")
+            "else 'none', calib=sys.argv[3] if target != 'onnx' else None)\n")
     outputs = []
     for model, cwd in (("model.onnx", folder), (str(folder / "model.onnx"), ROOT), ("../project/model.onnx", folder)):
         out = tmp_path / f"out{len(outputs)}"
@@ -238,6 +238,17 @@ def test_useless_calibration_data_is_warned_about(tmp_path: Path, kind: str) -> 
     expected = {"zeros": "is all zeros", "constant": "holds one value (0.5)", "subnormal": "4 subnormal value(s)"}
     assert len(warnings) == 1 and str(calib) in warnings[0] and expected[kind] in warnings[0], run.stderr
     assert json.loads(report.read_text())["warnings"] == [warnings[0][len("qcc: warning: "):]]
+
+
+@pytest.mark.parametrize("form", ["dict", "list of batches", "callable"])
+def test_useless_python_data_is_warned_about_too(tmp_path: Path, form: str) -> None:
+    """Data given from Python has no file: the same warnings, found batch by batch in a stream."""
+    batches = [{"x": np.zeros((4, 1, 8, 8), np.float32)} for _ in range(2)]
+    calib = {"dict": {"x": np.concatenate([b["x"] for b in batches])}, "list of batches": batches,
+             "callable": lambda: iter(batches)}[form]
+    _, report = qcc.compile(MODEL, tmp_path / "q.onnx", target="onnx-qdq", quantize="int8", calib=calib)
+    assert len(report["warnings"]) == 1 and "calibration array 'x' is all zeros" in report["warnings"][0], report
+    assert report["warnings"][0].startswith("calibration data ("), report["warnings"]
 
 
 def test_real_calibration_data_gets_no_warning() -> None:

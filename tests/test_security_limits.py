@@ -8,7 +8,6 @@ Each hostile input is built here and given to the `qcc` command under a 2 GiB ad
 
 from __future__ import annotations
 
-import copy
 import os
 import zipfile
 from pathlib import Path
@@ -20,8 +19,6 @@ from onnx import TensorProto, helper, numpy_helper
 import qcc
 from bench.fuzz_classes import zip_of_zeros
 from qcc import limits
-from qcc.ir.text import print_model
-from qcc.ir.verify import verify_model
 from tests.cli_util import DIGITS
 from tests.test_hardening import one_error, run_all, run_qcc
 
@@ -161,21 +158,7 @@ def test_eval_on_a_long_chain_does_not_recurse(tmp_path: Path) -> None:
     np.savez(data, x=np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
     run = run_qcc("compile", model, "-o", tmp_path / "out.onnx", "--eval", data)
     assert run.returncode == 0, run.stderr
-    assert "agreement=1.0000" in run.stdout
-
-
-def test_a_deep_copy_of_a_large_model_is_complete_and_independent(tmp_path: Path) -> None:
-    path = tmp_path / "chain.onnx"
-    path.write_bytes(_chain(3000).SerializeToString())  # type: ignore[attr-defined]
-    model = qcc.load(path)
-    clone = copy.deepcopy(model)
-    assert print_model(clone) == print_model(model) and verify_model(clone) == []
-    assert not {id(n) for n in clone.graph.nodes} & {id(n) for n in model.graph.nodes}
-    clone.graph.nodes[0].outputs[0].name = "renamed"
-    clone.metadata["qcc.passes"] = ["x"]
-    assert model.graph.nodes[0].outputs[0].name == "t0" and model.passes_run == []
-    x = np.ones((1, 8), np.float32)
-    assert np.array_equal(qcc.run(clone, {"x": x})["t2999"], qcc.run(model, {"x": x})["t2999"])
+    assert "top-1 agreement with the simulator 1.0000" in run.stdout, run.stdout
 
 
 @pytest.mark.parametrize("text", ["inf", "1e400", "2.5"])

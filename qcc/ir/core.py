@@ -6,7 +6,6 @@ object. Use-lists are kept in sync by the only methods that change a node's inpu
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
@@ -133,6 +132,35 @@ class Graph:
     _names: set[str] = field(factory=set, alias="_names")
     _node_names: set[str] = field(factory=set, alias="_node_names")
     _counter: Iterator[int] = field(factory=itertools.count, alias="_counter")
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Graph:
+        """An independent copy built value by value in graph order: the default deep copy follows
+        producers and use-lists recursively, which exceeds Python's recursion limit on deep graphs
+        (a ViT, a ResNet)."""
+        import copy
+
+        new = Graph(self.name, _names=set(self._names), _node_names=set(self._node_names),
+                    _counter=copy.deepcopy(self._counter))
+        memo[id(self)] = new
+
+        def clone(value: Value) -> Value:
+            if id(value) not in memo:
+                memo[id(value)] = Value(value.name, value.type, copy.deepcopy(value.const, memo), value.quant,
+                                        copy.deepcopy(value.meta, memo))
+            copied: Value = memo[id(value)]
+            return copied
+
+        new.inputs = [clone(v) for v in self.inputs]
+        new.constants = [clone(v) for v in self.constants]
+        for node in self.nodes:
+            inputs = [clone(v) if v is not None else None for v in node.inputs]
+            copied = Node.create(node.op, inputs, [clone(v) for v in node.outputs], copy.deepcopy(node.attrs, memo),
+                                 node.name)
+            copied.meta = copy.deepcopy(node.meta, memo)
+            memo[id(node)] = copied
+            new.nodes.append(copied)
+        new.outputs = [clone(v) for v in self.outputs]
+        return new
 
     # ------------------------------------------------------------------ naming
     def unique_name(self, base: str, node: bool = False) -> str:
@@ -332,79 +360,6 @@ class Model:
         history: list[str] = self.metadata.setdefault("qcc.passes", [])
         return history
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Model:
-        """A copy that shares nothing, made without recursion (see `clone_graph`).
-
-        `copy.deepcopy` would follow value -> producer -> input value -> ... one stack frame per
-        node and hit Python's recursion limit on a chain of ~80 nodes (`--eval` on MobileNetV2).
-        """
-        graph = clone_graph(self.graph, memo)
-        clone = Model(graph, copy.deepcopy(self.metadata, memo), copy.deepcopy(self.products, memo))
-        memo[id(self)] = clone
-        return clone
-
     def __repr__(self) -> str:
         g = self.graph
         return f"<Model {g.name}: {len(g.inputs)} inputs, {len(g.nodes)} nodes, {len(g.outputs)} outputs>"
-
-
-def clone_graph(graph: Graph, memo: dict[int, Any] | None = None) -> Graph:
-    """A deep copy of `graph` in a fixed number of passes over its values and nodes (no recursion).
-
-    Every value and node is created first and registered in `memo`, so the data hanging off
-    them (constants, meta, attributes, the model's products) is copied afterwards with
-    `copy.deepcopy(..., memo)` finding the new objects instead of walking the graph again.
-    Values and nodes outside the node list that a use-list or producer still points at are
-    copied too, so the copy is as (in)consistent as the original.
-    """
-    memo = {} if memo is None else memo
-    values: list[Value] = []
-    nodes: list[Node] = []
-
-    def value(old: Value) -> Value:
-        new = memo.get(id(old))
-        if new is None:
-            new = memo[id(old)] = Value(old.name, old.type, quant=old.quant)
-            values.append(old)
-        return new  # type: ignore[no-any-return]
-
-    def node(old: Node) -> Node:
-        new = memo.get(id(old))
-        if new is None:
-            new = memo[id(old)] = Node(old.op, old.name, (), ())
-            nodes.append(old)
-        return new  # type: ignore[no-any-return]
-
-    for old in [*graph.inputs, *graph.constants, *graph.outputs]:
-        value(old)
-    for old_node in graph.nodes:
-        node(old_node)
-    done_values = done_nodes = 0
-    while done_values < len(values) or done_nodes < len(nodes):  # worklists, not recursion
-        while done_nodes < len(nodes):
-            old_node = nodes[done_nodes]
-            done_nodes += 1
-            new_node = memo[id(old_node)]
-            new_node.inputs = tuple(None if v is None else value(v) for v in old_node.inputs)
-            new_node.outputs = tuple(value(v) for v in old_node.outputs)
-        while done_values < len(values):
-            old_value = values[done_values]
-            done_values += 1
-            new_value = memo[id(old_value)]
-            new_value._producer = None if old_value._producer is None else node(old_value._producer)
-            new_value._uses = [(node(user), index) for user, index in old_value._uses]
-    for old_value in values:
-        new_value = memo[id(old_value)]
-        new_value.const = None if old_value.const is None else old_value.const.copy()
-        new_value.meta = copy.deepcopy(old_value.meta, memo)
-    for old_node in nodes:
-        new_node = memo[id(old_node)]
-        new_node.attrs = copy.deepcopy(old_node.attrs, memo)
-        new_node.meta = copy.deepcopy(old_node.meta, memo)
-    clone = Graph(graph.name, [memo[id(v)] for v in graph.inputs], [memo[id(v)] for v in graph.outputs],
-                  [memo[id(v)] for v in graph.constants], [memo[id(n)] for n in graph.nodes])
-    clone._names, clone._node_names = set(graph._names), set(graph._node_names)
-    start = next(graph._counter)  # itertools.count cannot be copied or peeked: take and restore
-    graph._counter, clone._counter = itertools.count(start), itertools.count(start)
-    memo[id(graph)] = clone
-    return clone

@@ -116,6 +116,7 @@ static float qcc_expf(float v)
     return (float)exp((double)v);
 }
 """, ()),
+    "libm": ("", ()),  # a kernel calls a <math.h> function directly
     "tanhf": ("""
 static float qcc_tanhf(float v)
 {
@@ -214,7 +215,7 @@ static int32_t qcc_min(int32_t a, int32_t b)
 """, ()),
 }
 
-MATH_HELPERS = frozenset({"expf", "tanhf"})
+MATH_HELPERS = frozenset({"expf", "tanhf", "libm"})
 
 
 class KernelSet:

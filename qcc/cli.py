@@ -197,6 +197,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from qcc.running import eval_file, print_layer_table
 
+    if args.report and args.report != "-":  # never over an input, checked before any work
+        from qcc.outputs import check_outputs
+
+        check_outputs(args.report, None, {"model": args.model, "data file": args.data, "reference": args.reference},
+                      plots=args.plots)
     result = eval_file(args.model, args.data, args.reference, args.network, progress_wanted(args))
     if args.plots:
         from qcc.debug_plots import sqnr_bar_chart

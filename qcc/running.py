@@ -103,8 +103,10 @@ def run_file(model: str, data: str, out: str, network: str | None = None, progre
 
     from qcc.data import load_npz
     from qcc.io import atomic_write_bytes
+    from qcc.outputs import check_outputs
     from qcc.progress import progress_bar
 
+    check_outputs(out, None, {"model": model, "data file": data})  # never over an input, before any work
     arrays = load_npz(data)
     with open_runtime(model, network) as runtime:
         feeds, _ = bind(runtime, arrays, data)

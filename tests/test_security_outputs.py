@@ -164,3 +164,20 @@ def test_a_directory_output_holds_the_marker_beside_the_sources(tmp_path: Path) 
     qcc.compile(MODEL, out, target="c")
     assert sorted(p.name for p in out.iterdir()) == [".qcc-output", "Makefile", "digits.c", "digits.h", "main.c"]
     assert "written by qcc" in (out / ".qcc-output").read_text()
+
+
+def test_qcc_run_eval_and_settings_never_write_over_their_inputs(user: Path) -> None:
+    """The commands of issue 16 that write files follow the same rule as compile, before any work."""
+    work = user / "work"
+    model, data = work / "model.onnx", work / "calib.npz"
+    nnp = work / "model.nnp"
+    qcc.compile(model, nnp)
+    before = snapshot(user)
+    runs = run_all([["run", model, data, "-o", data], ["run", model, data, "-o", model],
+                    ["eval", model, data, "--report", data], ["eval", model, data, "--reference", nnp, "--report", nnp],
+                    ["settings", nnp, "-o", nnp], ["settings", nnp, "--calib", data, "-o", data]])
+    for run, (path, role) in zip(runs, [(data, "data file"), (model, "model"), (data, "data file"), (nnp, "reference"),
+                                        (nnp, "model"), (data, "calibration data")]):
+        line = one_error(run, 2, path)
+        assert f"is the {role}; writing it would destroy the input" in line, line
+    assert snapshot(user) == before

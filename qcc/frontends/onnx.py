@@ -566,7 +566,9 @@ def supported_ops() -> list[str]:
 
 
 # ----------------------------------------------------------------------------- entry
-def _read(path: Path, max_bytes: int) -> Any:
+def read_proto(path: Path, max_bytes: int) -> Any:
+    """The ModelProto of a regular file under `max_bytes`, its external data moved inside (only
+    from the model's folder, within the limits); what is not readable is an InvalidInputError."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -606,7 +608,7 @@ def _ttype(type_proto: Any, name: str, source: str) -> TensorType:
 def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None, **_: Any) -> Model:
     """Import an ONNX file (see module doc); `batch_size` binds a symbolic first dimension."""
     source = Path(path)
-    proto = _read(source, limits.current().max_file_bytes)
+    proto = read_proto(source, limits.current().max_file_bytes)
     return import_proto(proto, str(source), batch_size, consume=True)
 
 

@@ -183,3 +183,18 @@ def test_qcc_run_eval_and_settings_never_write_over_their_inputs(user: Path) -> 
         line = one_error(run, 2, path)
         assert f"is the {role}; writing it would destroy the input" in line, line
     assert snapshot(user) == before
+
+
+def test_an_eval_that_fails_on_the_written_file_removes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--eval runs the written file in its runtime: a failure there is a failed run, which leaves nothing."""
+    import qcc.evaluation
+    from qcc.errors import InvalidInputError
+
+    def broken_runtime(*args: object, **kwargs: object) -> None:
+        assert (tmp_path / "out.onnx").is_file()  # it runs the file that was written
+        raise InvalidInputError("the runtime refused the written file")
+
+    monkeypatch.setattr(qcc.evaluation, "eval_written", broken_runtime)
+    with pytest.raises(InvalidInputError, match="runtime refused"):
+        qcc.compile(MODEL, tmp_path / "out.onnx", eval=str(DIGITS / "test.npz"), report=str(tmp_path / "r.json"))
+    assert os.listdir(tmp_path) == []

@@ -1,7 +1,7 @@
 """Atomic output: write beside the target, then rename, so a crash leaves the old file or none.
 
-Temporaries are hidden siblings named `.<target>.<pid>-<random>.tmp` (`.old` for a directory
-being replaced). A compile killed with SIGKILL cannot remove its own; the next write to the
+Temporaries are hidden siblings named `.<target>.<pid>-<random>.tmp` (`.old` for what is being
+replaced, kept until the run's writing block ends: `qcc.outputs.OutputPlan.writing`). A compile killed with SIGKILL cannot remove its own; the next write to the
 same target removes those whose process is gone (or whose pid now belongs to a process started
 after them), so leftovers never pile up and a concurrent writer's temporaries are never touched.
 """
@@ -112,6 +112,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             handle.flush()
             os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 is not what `open` gives
             os.fsync(handle.fileno())
+        _keep_previous(target)
         os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
@@ -122,6 +123,28 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     _fsync_directory(target.parent)
 
 
+def _keep_previous(target: Path) -> None:
+    """Inside a run's writing block, a second name (a hard link: no copy) for the file about to be
+    replaced, so a run that fails later can put it back (`qcc.outputs.OutputPlan.writing`)."""
+    from qcc.outputs import keep_replaced, keeping_replaced
+
+    if not keeping_replaced() or not stat.S_ISREG(_lstat_mode(target)):
+        return
+    old = target.parent / f"{_prefix(target)}{os.urandom(4).hex()}.old"
+    try:
+        os.link(target, old)
+    except OSError:  # a file system without hard links: the file is replaced without a way back
+        return
+    keep_replaced(target, old)
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; on success it replaces `path` whole.
@@ -129,7 +152,7 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     Only what `qcc.outputs.check_replaceable` allows is replaced (a directory qcc wrote, an empty
     one, or what --force names); the new directory carries qcc's marker file.
     """
-    from qcc.outputs import check_replaceable, write_marker
+    from qcc.outputs import check_replaceable, keep_replaced, write_marker
 
     target = Path(path)
     check_replaceable(target)
@@ -148,7 +171,9 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.rmdir(old)
             os.replace(target, old)
             os.replace(tmp, target)
-            if old.is_dir() and not old.is_symlink():
+            if keep_replaced(target, old):  # a run's writing block puts it back if the run fails
+                pass
+            elif old.is_dir() and not old.is_symlink():
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):

@@ -36,6 +36,23 @@ MARKER = ".qcc-output"
 MARKER_TEXT = "This directory was written by qcc; the next compile to it replaces it whole.\n"
 
 _FORCED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("qcc_forced_outputs", default=frozenset())
+_KEPT: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar("qcc_kept_outputs",
+                                                                                       default=None)
+
+
+def keeping_replaced() -> bool:
+    """Whether a writer should hand what it replaces to `keep_replaced` (inside `OutputPlan.writing`)."""
+    return _KEPT.get() is not None
+
+
+def keep_replaced(target: Path, old: Path) -> bool:
+    """Inside `OutputPlan.writing`, what an output replaced (moved or linked to `old`) is kept until
+    the run ends: put back if the run fails, deleted if it succeeds. False outside: delete it now."""
+    kept = _KEPT.get()
+    if kept is None:
+        return False
+    kept.append((target, old))
+    return True
 
 
 def _key(path: str | os.PathLike[str]) -> str:
@@ -199,9 +216,12 @@ class OutputPlan:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """Outputs written inside are removed again if the block fails (a failed run leaves nothing)."""
+        """Outputs written inside are removed again if the block fails, and what they replaced is
+        put back (a failed run, an --eval of the written file included, changes nothing)."""
         paths = [p for p in (self.output, self.report) if p]
         before = {p: _identity(p) for p in paths}
+        kept: list[tuple[Path, Path]] = []
+        token = _KEPT.set(kept)
         try:
             with forcing([self.output] if self.force else []):
                 yield
@@ -210,7 +230,15 @@ class OutputPlan:
                 now = _identity(path)
                 if now is not None and now != before[path]:
                     _remove(Path(path))
+            for target, old in reversed(kept):
+                if _identity(str(target)) is None:
+                    with contextlib.suppress(OSError):
+                        os.replace(old, target)
             raise
+        finally:
+            _KEPT.reset(token)
+            for _, old in kept:
+                _remove(old)
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:

@@ -185,16 +185,37 @@ def test_qcc_run_eval_and_settings_never_write_over_their_inputs(user: Path) -> 
     assert snapshot(user) == before
 
 
-def test_an_eval_that_fails_on_the_written_file_removes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--eval runs the written file in its runtime: a failure there is a failed run, which leaves nothing."""
+@pytest.mark.parametrize("out", ["out.onnx", "out_c"])
+def test_an_eval_that_fails_on_the_written_file_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                out: str) -> None:
+    """--eval runs the written file in its runtime: a failure there is a failed run, which removes
+    what it wrote and puts back what the outputs replaced (an earlier compile's file or directory)."""
     import qcc.evaluation
     from qcc.errors import InvalidInputError
 
     def broken_runtime(*args: object, **kwargs: object) -> None:
-        assert (tmp_path / "out.onnx").is_file()  # it runs the file that was written
+        assert (tmp_path / out).exists() and not (tmp_path / out / "old.c").exists()  # it runs what was written
         raise InvalidInputError("the runtime refused the written file")
 
+    qcc.compile(MODEL, tmp_path / "first" / out)
+    shutil.move(tmp_path / "first" / out, tmp_path / out)  # an earlier compile's output (c: qcc's directory)
+    if out == "out_c":
+        (tmp_path / out / "old.c").write_text("int old;\n")
+    (tmp_path / "r.json").write_text("{}\n")
+    before = snapshot(tmp_path)
     monkeypatch.setattr(qcc.evaluation, "eval_written", broken_runtime)
     with pytest.raises(InvalidInputError, match="runtime refused"):
-        qcc.compile(MODEL, tmp_path / "out.onnx", eval=str(DIGITS / "test.npz"), report=str(tmp_path / "r.json"))
-    assert os.listdir(tmp_path) == []
+        qcc.compile(MODEL, tmp_path / out, eval=str(DIGITS / "test.npz"), report=str(tmp_path / "r.json"))
+    assert snapshot(tmp_path) == before
+    assert sorted(os.listdir(tmp_path)) == sorted(["first", out, "r.json"])  # nothing hidden left either
+
+
+def test_eval_runs_an_nnp_written_under_another_extension(tmp_path: Path) -> None:
+    """Found by the campaign (`-o user/notes.txt --target nnp --eval ...`): nnabla picks its reader
+    by extension and failed with IndexError (exit 70), and the failed run removed the user's file."""
+    pytest.importorskip("nnabla")
+    out = tmp_path / "notes.txt"
+    out.write_text("the user's notes\n")  # -o names it: replacing it is what the user asked
+    _, report = qcc.compile(MODEL, out, target="nnp", eval=str(DIGITS / "test.npz"))
+    assert report["eval"]["runtime"]["name"].startswith("nnabla") and report["eval"]["runtime"]["agreement_with_simulator"] == 1.0
+    assert out.read_bytes()[:2] == b"PK" and os.listdir(tmp_path) == ["notes.txt"]

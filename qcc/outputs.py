@@ -280,6 +280,9 @@ def check_outputs(output: str | os.PathLike[str], backend: Any, inputs: dict[str
         if names is not None:
             check_generated_names(out, names(out, target_options))
     else:
+        if force:  # issue 16: a flag that would have no effect is refused, not ignored
+            raise UsageError(f"{out}: --force lets a directory output (target c) replace a directory qcc did not "
+                             "write; a file output replaces a regular file of its name without it")
         check_file_target(out)
     outputs = {"output": out}
     if report is not None:

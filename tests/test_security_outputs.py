@@ -93,6 +93,7 @@ def test_outputs_never_land_on_inputs_other_outputs_or_special_files(user: Path)
         (user / "out.onnx", {"dump_ir": str(user / "plain")}, user / "plain", "needs a directory"),
         (user / "out.onnx", {"eval": str(calib), "plots": str(user / "plain")}, user / "plain", "needs a directory"),
         (user / "out.onnx", {"eval": str(calib), "plots": str(user / "out.onnx")}, user / "out.onnx", "each other"),
+        (user / "out.onnx", {"force": True}, user / "out.onnx", "a file output replaces"),  # --force would do nothing
         (user / "plain" / "x.onnx", {}, user / "plain" / "x.onnx", "not a directory"),
     ]
     for out, options, path, needle in cases:

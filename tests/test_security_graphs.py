@@ -264,3 +264,16 @@ def test_settings_read_by_a_target_refuse_special_files_too(tmp_path: Path) -> N
         from qcc.formats.settings_yaml import load_settings
 
         load_settings(link)
+
+
+def test_rank_0_constants_quantize_like_any_other() -> None:
+    """Scalars stay rank 0 (issue 20); the quantizers wrote into numpy's result in place, which is
+    a scalar, not an array, for a 0-d input (an int8 attention block's scale crashed)."""
+    from qcc.quant.numerics import quantize_affine, quantize_fixed
+
+    for value in (np.float32(12.7), np.float32(-300.0)):
+        scalar, vector = np.array(value), np.array([value])
+        q = quantize_affine(scalar, 0.1, 0, "int8")
+        assert q.shape == () and q == quantize_affine(vector, 0.1, 0, "int8")[0]
+        f = quantize_fixed(scalar, 8, 3)
+        assert f.shape == () and f == quantize_fixed(vector, 8, 3)[0]

@@ -17,7 +17,7 @@ the drop, whether it was met, every promotion (layer, to), and how many evaluati
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -78,33 +78,21 @@ class AccuracyControl(Pass):
         layers = find_layers(model)
         if reference - start > self.max_drop and layers:
             feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
-            order = sensitivity_order(layer_scores(model, layers, feeds, batch, ctx.progress))
+            order = sensitivity_order(layer_scores(model, layers, feeds, batch, ctx.progress, ctx.workers))
             saved = save_annotations(model)
             scratch = attrs.evolve(ctx, report={})
             best, best_levels = start, dict[int, str]()
-            levels: dict[int, str] = {}
-            met = False
-            for stage in STAGES:
-                for index in order:
-                    if met or levels.get(index) == stage:
-                        continue
-                    previous = levels.get(index)
-                    levels[index] = stage
-                    try:
-                        promote(model, assign, layers, levels, saved, scratch)
-                    except QccError as exc:  # a promotion that breaks a user pin: leave that layer
-                        ctx.note(SECTION + "_notes", f"layer {layers[index][0]!r} not promoted to {stage}: {exc}")
-                        if previous is None:
-                            del levels[index]
-                        else:
-                            levels[index] = previous
-                        continue
-                    current = measure(True)
-                    evaluations += 1
-                    if current > best:
-                        best, best_levels = current, dict(levels)
-                    if reference - current <= self.max_drop:
-                        met, best, best_levels = True, current, dict(levels)
+            for levels, notes, current in self._search(model, ctx, assign, layers, order, saved, scratch, measure):
+                for note in notes:
+                    ctx.note(SECTION + "_notes", note)
+                if levels is None:
+                    continue
+                evaluations += 1
+                if current > best:
+                    best, best_levels = current, dict(levels)
+                if reference - current <= self.max_drop:
+                    best, best_levels = current, dict(levels)
+                    break
             promoted = best_levels
             promote(model, assign, layers, promoted, saved, ctx)
             score = best
@@ -113,6 +101,35 @@ class AccuracyControl(Pass):
                         "evaluations": evaluations})
         ctx.report[SECTION] = section
         return PassResult(model, bool(promoted), frozenset({"*"}))
+
+    def _search(self, model: Model, ctx: PassContext, assign: Pass, layers: list[Any], order: list[int],
+                saved: Any, scratch: PassContext, measure: Callable[[bool], float]) -> Iterator[
+                    tuple[dict[int, str] | None, list[str], float]]:
+        """(levels, notes, metric) of each configuration in the order the greedy search tries
+        them (every layer to 16 bits in ranking order, then to float; a promotion that breaks a
+        user pin is left out with a note); the caller stops at the first that meets the target.
+
+        The configurations do not depend on the measurements, so on several workers they are
+        measured in waves of one per worker and handed over in the same order: the search stops
+        where the single process stops, with the same result (a wave may measure a few
+        configurations past the stop, which are dropped)."""
+        candidates = _configurations(model, assign, layers, order, saved, scratch)
+        if not ctx.workers.parallel:
+            for levels, notes in candidates:
+                yield levels, notes, (measure(True) if levels is not None else 0.0)
+            return
+        wave_size = ctx.workers.slots()
+        job = _Measure(model, assign, layers, saved, scratch, measure)
+        wave: list[tuple[dict[int, str] | None, list[str]]] = []
+        for candidate in [*candidates, None]:
+            if candidate is not None:
+                wave.append(candidate)
+                if sum(levels is not None for levels, _ in wave) < wave_size:
+                    continue
+            scores = iter(ctx.workers.map(job, [levels for levels, _ in wave if levels is not None]))
+            for levels, notes in wave:
+                yield levels, notes, (next(scores) if levels is not None else 0.0)
+            wave = []
 
     def _metric(self, model: Model, ctx: PassContext) -> tuple[Callable[[bool], float], str]:
         from qcc.sim.interpreter import run_batched
@@ -141,6 +158,44 @@ class AccuracyControl(Pass):
             return float(np.mean(flat.argmax(axis=1) == labels))
 
         return top1, f"top-1 on {path}"
+
+
+def _configurations(model: Model, assign: Pass, layers: list[Any], order: list[int], saved: Any,
+                    scratch: PassContext) -> Iterator[tuple[dict[int, str] | None, list[str]]]:
+    """The greedy search's configurations in order (None with a note: a promotion refused)."""
+    levels: dict[int, str] = {}
+    for stage in STAGES:
+        for index in order:
+            if levels.get(index) == stage:
+                continue
+            previous = levels.get(index)
+            levels[index] = stage
+            try:
+                promote(model, assign, layers, levels, saved, scratch)
+            except QccError as exc:  # a promotion that breaks a user pin: leave that layer
+                if previous is None:
+                    del levels[index]
+                else:
+                    levels[index] = previous
+                yield None, [f"layer {layers[index][0]!r} not promoted to {stage}: {exc}"]
+                continue
+            yield dict(levels), []
+
+
+@attrs.frozen(eq=False)
+class _Measure:
+    """The metric of one configuration, in a worker (its own copy of the model)."""
+
+    model: Model
+    assign: Pass
+    layers: list[Any]
+    saved: Any
+    scratch: PassContext
+    measure: Callable[[bool], float]
+
+    def __call__(self, levels: dict[int, str]) -> float:
+        promote(self.model, self.assign, self.layers, levels, self.saved, self.scratch)
+        return self.measure(True)
 
 
 def labelled_feeds(model: Model, data: Any, source: str, batch_size: int) -> tuple[dict[str, np.ndarray],

@@ -11,6 +11,8 @@ changed are never used).
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
@@ -21,8 +23,9 @@ from qcc.passes.statistics import Calibration, CalibrationStats
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
-from qcc.ir.registry import get_schema
+from qcc.ir.registry import get_schema, ops_with
 from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 
@@ -69,6 +72,9 @@ class Calibrate(Pass):
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
             from qcc.data import CalibrationCheck, bound_batches
 
+            if ctx.workers.parallel:
+                raise UsageError(f"{source}: calibration on {ctx.workers.describe()} needs the data as arrays (an "
+                                 ".npz or a dict) to shard; a stream of batches is read by this process alone")
             check = CalibrationCheck()
 
             def checked() -> Iterator[dict[str, np.ndarray]]:
@@ -76,7 +82,7 @@ class Calibrate(Pass):
                     check.add(feeds)
                     yield feeds
 
-            result = collect_batches(model, checked(), None, self.num_bins, ctx.progress, self.engine)
+            result = collect_batches(model, checked(), None, self.num_bins, ctx.progress, self.engine, self.batch_size)
             if not result.samples:
                 raise InvalidInputError(f"{source}: no samples (pass 'calibrate')")
             for warning in check.warnings(source):
@@ -89,8 +95,11 @@ class Calibrate(Pass):
         if self.max_samples is not None:
             count = min(count, self.max_samples)
         batch, count = self._batching(model, count, source, ctx)
-        result = collect(model, {k: v[:count] for k, v in feeds.items()}, batch, self.num_bins,
-                         ctx.progress, self.engine)
+        feeds = {k: v[:count] for k, v in feeds.items()}
+        if ctx.workers.parallel:
+            result = collect_sharded(model, feeds, batch, ctx.workers, self.num_bins, self.engine, self.batch_size)
+        else:
+            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size)
         return self._store(result, model, source, ctx)
 
     def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:
@@ -112,38 +121,156 @@ class Calibrate(Pass):
 
 
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
-            progress: bool = False, engine: str = "qcc") -> Calibration:
+            progress: bool = False, engine: str = "qcc", rebatch: int | None = None) -> Calibration:
     """Statistics of every float activation over `feeds` (first axis = samples), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
-    (same tensors by name, one batch of outputs alive at a time).
+    (same tensors by name, one batch of outputs alive at a time). `rebatch`: a model whose batch
+    dimension is static runs a copy rebound to that many samples when its graph allows
+    (qcc.ir.rebatch), with the same statistics.
     """
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = ({k: v[start:start + batch] for k, v in feeds.items()} for start in range(0, count, batch))
-    return collect_batches(model, batches, count, num_bins, progress, engine)
+    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch)
 
 
 def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], total: int | None,
-                    num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc") -> Calibration:
+                    num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc",
+                    rebatch: int | None = None) -> Calibration:
     """`collect` over batches as they come (a stream of batches is never held whole)."""
     from qcc.progress import progress_bar
 
-    observer = _Observer(model, num_bins)
-    observed = list(observer.tracked.values())
-    run = _ort_runner(model, observed, observer) if engine == "onnxruntime" else _qcc_runner(model, observer)
-    count = 0
+    wide = _rebound(model, rebatch)
+    small = _Run(model, num_bins, engine)
+    big = _Run(wide, num_bins, engine) if wide is not None else None
+    size = _batch_of(wide) if wide is not None else 0
     with progress_bar(total, "calibrate", progress) as bar:
-        for feeds in batches:
-            observer.batch_counts.clear()
-            run(feeds)
+        for feeds in (_regroup(batches, size) if big is not None else batches):
             done = len(next(iter(feeds.values()))) if feeds else 0
-            count += done
+            if big is not None and done == size:
+                big(feeds)
+            elif big is not None:  # the last samples, at the static batch
+                step = _batch_of(model)
+                for start in range(0, done, step):
+                    small({k: v[start:start + step] for k, v in feeds.items()})
+            else:
+                small(feeds)
             if bar:
                 bar(done)
-    return Calibration(observer.finish(), count)
+    return big.result().merge(small.result()) if big is not None else small.result()
 
 
+def collect_sharded(model: Model, feeds: dict[str, np.ndarray], batch: int, workers: Workers,
+                    num_bins: int = DEFAULT_NUM_BINS, engine: str = "qcc",
+                    rebatch: int | None = None) -> Calibration:
+    """`collect` with contiguous shards of the samples on `workers`, merged.
+
+    Shards start on multiples of the batch each process runs (the rebound batch included), so
+    every worker runs the very batches the single process would: the merged statistics are
+    identical whatever the number of workers (TensorStats.merge is exact)."""
+    count = len(next(iter(feeds.values()))) if feeds else 0
+    wide = _rebound(model, rebatch)
+    step = _batch_of(wide) if wide is not None else batch
+    groups = -(-count // step)
+    slots = min(workers.slots(), groups)
+    bounds = [min(count, step * (groups * i // slots)) for i in range(slots + 1)]
+    shards = [_Shard(model, {k: v[a:b] for k, v in feeds.items()}, batch, num_bins, engine, rebatch)
+              for a, b in itertools.pairwise(bounds) if b > a]
+    results = workers.map(_calibrate_shard, shards)
+    merged = results[0]
+    for part in results[1:]:
+        merged = merged.merge(part)
+    return merged
+
+
+@attrs.frozen(eq=False)
+class _Shard:
+    model: Model
+    feeds: dict[str, np.ndarray]
+    batch: int
+    num_bins: int
+    engine: str
+    rebatch: int | None
+
+
+def _calibrate_shard(shard: _Shard) -> Calibration:
+    return collect(shard.model, shard.feeds, shard.batch, shard.num_bins, False, shard.engine, shard.rebatch)
+
+
+class _Run:
+    """One model's runner and observer; the runner is built at the first batch (an onnxruntime
+    session costs seconds: the rebound model's may be the only one used)."""
+
+    def __init__(self, model: Model, num_bins: int, engine: str) -> None:
+        self.model, self.num_bins, self.engine = model, num_bins, engine
+        self.observer = _Observer(model, num_bins)
+        self.runner: Runner | None = None
+        self.samples = 0
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> None:
+        if self.runner is None:
+            observed = list(self.observer.tracked.values())
+            self.runner = (_ort_runner(self.model, observed, self.observer) if self.engine == "onnxruntime"
+                           else _qcc_runner(self.model, self.observer))
+        self.observer.batch_counts.clear()
+        self.runner(feeds)
+        self.samples += len(next(iter(feeds.values()))) if feeds else 0
+
+    def result(self) -> Calibration:
+        return Calibration(self.observer.finish(), self.samples)
+
+
+def _rebound(model: Model, rebatch: int | None) -> Model | None:
+    """The model rebound to `rebatch` samples (rounded down to a multiple of its static batch),
+    or None (no static batch, nothing to gain, or a graph that mixes samples)."""
+    from qcc.ir.rebatch import rebatched
+
+    inputs = model.graph.inputs
+    if rebatch is None or not inputs or not all(v.type.rank and isinstance(v.type.shape[0], int) for v in inputs):
+        return None
+    static = int(inputs[0].type.shape[0])
+    largest = max((_nbytes(v) for n in model.graph.nodes for v in n.outputs), default=0)
+    fits = max(1, _REBATCH_BYTES // max(largest, 1))  # batches of the static size that stay in cache
+    wanted = static * min(rebatch // static, fits) if static else 0
+    return rebatched(model, wanted) if wanted > static else None
+
+
+_REBATCH_BYTES = 4 << 20
+"""A rebound batch keeps its largest activation under this: a wider batch only saves per-call
+overhead (small models), while tensors that leave the cache cost more than it saves (ResNet-50's
+3 MB first activations run no faster 8 at a time)."""
+
+
+def _nbytes(value: Value) -> int:
+    from qcc.ir.types import DTYPES
+
+    dims = [d for d in value.type.shape if isinstance(d, int)]
+    if len(dims) != value.type.rank:
+        return 0
+    return math.prod(dims) * DTYPES[value.type.dtype].itemsize
+
+
+def _batch_of(model: Model) -> int:
+    return int(model.graph.inputs[0].type.shape[0])
+
+
+def _regroup(batches: Iterable[dict[str, np.ndarray]], size: int) -> Iterator[dict[str, np.ndarray]]:
+    """The same samples in batches of `size` (the last one shorter)."""
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    for feeds in batches:
+        pending.append(feeds)
+        held += len(next(iter(feeds.values())))
+        while held >= size:
+            joined = {k: np.concatenate([p[k] for p in pending]) if len(pending) > 1 else pending[0][k]
+                      for k in pending[0]}
+            yield {k: v[:size] for k, v in joined.items()}
+            rest = {k: v[size:] for k, v in joined.items()}
+            held -= size
+            pending = [rest] if held else []
+    if held:
+        yield {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
 
 
 def _data_inputs(node: Node) -> list[Value]:
@@ -211,7 +338,26 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None]) -> R
     from qcc.sim.compare import passthrough
     from qcc.sim.interpreter import Interpreter
 
-    return Interpreter(model, observer=observe, kernels={"Quantize": passthrough}).run
+    kernels: dict[str, Any] = {op: _per_sample(get_schema(op).kernel) for op in ops_with("product")
+                               if not get_schema(op).has("elementwise")}
+    return Interpreter(model, observer=observe, kernels={**kernels, "Quantize": passthrough}).run
+
+
+def _per_sample(kernel: Any) -> Any:
+    """A product kernel run one sample at a time when the samples are the rows of a matrix product:
+    numpy sums a 2-D product in an order that depends on the row count (one row is a gemv), so a
+    batch of N would differ in the last bits from N batches of 1. Higher ranks (convolutions,
+    batched products) already run one BLAS call per sample."""
+    def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        data = xs[0] if xs else None
+        if data is None or data.ndim != 2 or len(data) < 2 or (node.inputs[0] is not None and node.inputs[0].is_const):
+            return list(kernel(node, xs))
+        count = len(data)
+        split = [i for i, (v, x) in enumerate(zip(node.inputs, xs))
+                 if v is not None and not v.is_const and x is not None and x.ndim >= 2 and len(x) == count]
+        parts = [kernel(node, [x[k:k + 1] if i in split else x for i, x in enumerate(xs)]) for k in range(count)]
+        return [np.concatenate(outs) for outs in zip(*parts)]
+    return run
 
 
 def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np.ndarray], None]) -> Runner:
@@ -239,6 +385,9 @@ def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    threads = worker_threads()
+    if threads is not None:  # a worker process: its share of the cores
+        options.intra_op_num_threads = threads
     session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     rank = {id(v): i for i, v in enumerate(tracked)}  # graph order: a Relu's input comes before it
     names = sorted((o.name for o in session.get_outputs() if o.name in onnx_values),

@@ -20,6 +20,7 @@ together against the same model run in float.
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Literal
 
 import attrs
@@ -40,6 +41,7 @@ from qcc.errors import QccError
 from qcc.ir.core import Model, Value
 from qcc.ir.types import Float32
 from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.pm.parallel import Workers
 from qcc.sim.compare import compare, passthrough, quantized_runner
 from qcc.sim.interpreter import Interpreter
 
@@ -91,7 +93,7 @@ class Sensitivity(Pass):
         assign = annotation_pass(model, self.name)
         feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
         layers = find_layers(model)
-        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, batch, ctx.progress)))
+        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, batch, ctx.progress, ctx.workers)))
         baseline = self._measure(model, feeds, batch)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {
@@ -176,23 +178,49 @@ def promote(model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], l
 
 
 def layer_scores(model: Model, layers: list[tuple[str, list[Value]]], feeds: dict[str, np.ndarray],
-                 batch_size: int, progress: bool = False) -> list[float | None]:
-    """Output SQNR of the model with only each layer's annotations applied (lowest: most sensitive)."""
+                 batch_size: int, progress: bool = False, workers: Workers | None = None) -> list[float | None]:
+    """Output SQNR of the model with only each layer's annotations applied (lowest: most sensitive).
+
+    On `workers`, contiguous runs of layers are scored in parallel: each score is the same
+    computation on the same data wherever it runs, so the ranking is identical."""
     from qcc.progress import progress_bar
 
+    if workers is not None and workers.parallel and len(layers) > 1:
+        slots = min(workers.slots(), len(layers))
+        bounds = [len(layers) * i // slots for i in range(slots + 1)]
+        job = _LayerScores(model, layers, feeds, batch_size)
+        parts = workers.map(job, [range(a, b) for a, b in itertools.pairwise(bounds)])
+        return [score for part in parts for score in part]
     scores: list[float | None] = []
     with progress_bar(len(layers), "sensitivity", progress, unit="layer") as bar:
         for _, values in layers:
-            active = {id(v) for v in values}
-
-            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-                return LayerInterpreter(m, a, obs)
-
-            cmp = compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer)
-            scores.append(cmp.output_sqnr())
+            scores.append(_layer_score(model, values, feeds, batch_size))
             if bar:
                 bar(1)
     return scores
+
+
+@attrs.frozen(eq=False)
+class _LayerScores:
+    """Scores of a range of layers (what one worker computes; pickled whole for a cluster, so the
+    layers' values stay those of the model it carries)."""
+
+    model: Model
+    layers: list[tuple[str, list[Value]]]
+    feeds: dict[str, np.ndarray]
+    batch_size: int
+
+    def __call__(self, indices: range) -> list[float | None]:
+        return [_layer_score(self.model, self.layers[i][1], self.feeds, self.batch_size) for i in indices]
+
+
+def _layer_score(model: Model, values: list[Value], feeds: dict[str, np.ndarray], batch_size: int) -> float | None:
+    active = {id(v) for v in values}
+
+    def only_layer(m: Model, obs: Any) -> LayerInterpreter:
+        return LayerInterpreter(m, active, obs)
+
+    return compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer).output_sqnr()
 
 
 def sensitivity_order(scores: list[float | None]) -> list[int]:

@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="weight rounding: nearest, or learned (AdaRound; default for int4/uint4)")
     c.add_argument("--max-accuracy-drop", type=float, default=None, metavar="X",
                    help="promote sensitive layers (16-bit, then float) until top-1 on --eval drops <= X (0.01)")
+    c.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="calibrate on N local processes (statistics identical to one process)")
+    c.add_argument("--cluster", metavar="ADDRESS", help="calibrate on a Dask cluster (tcp://host:port; "
+                   "needs qcc[cluster])")
     c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
     c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
                    help="pin tensors matching PATTERN to TYPE (e.g. 'conv1*=FIXED16'); repeatable")
@@ -171,6 +175,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         network=args.network, executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version,
         api=args.api, plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
         dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots, force=args.force,
+        workers=args.workers, cluster=args.cluster,
     )
     if not args.quiet:
         with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):

@@ -31,6 +31,7 @@ from qcc.pipelines import default_pipeline, with_target_passes
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
 from qcc.pm.manager import PassManager, build_passes, check_order
+from qcc.pm.parallel import Workers
 from qcc.pm.spec import PassSpec
 from qcc.target import Backend, as_backend
 
@@ -74,6 +75,8 @@ class CompileOptions:
     op_types_to_quantize: tuple[str, ...] | None = None
     example_inputs: Any = None  # for an in-memory torch.nn.Module
     plots: str | None = None  # with eval: PNG plots into this directory (qcc.debug_plots)
+    workers: int = 1  # local processes that share calibration (qcc.pm.parallel)
+    cluster: str | None = None  # a Dask scheduler address that runs them instead
 
 
 def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
@@ -183,7 +186,7 @@ def _compile(
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
     ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress,
-                      metric=opts.metric)
+                      metric=opts.metric, workers=Workers(opts.workers, opts.cluster))
     input_names = [v.name for v in loaded.graph.inputs]
     if opts.calib is not None:
         from qcc.data import open_data

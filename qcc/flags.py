@@ -29,6 +29,9 @@ def check_choices(opts: Any, schemes: tuple[str, ...], methods: tuple[str, ...],
 
 def check_pipeline_flags(opts: Any, explicit_passes: bool) -> None:
     """--quantize, --calib, --method and --per-tensor act through the scheme's default pipeline."""
+    for flag, given in (("--workers", getattr(opts, "workers", 1) != 1), ("--cluster", getattr(opts, "cluster", None))):
+        if given and opts.calib is None:
+            raise UsageError(f"{flag} shards calibration: it has no effect without --calib DATA")
     if explicit_passes:
         if opts.quantize != "none":
             raise UsageError(f"--passes replaces the pipeline of --quantize {opts.quantize}: give one of them "

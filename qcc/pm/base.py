@@ -9,6 +9,7 @@ import attrs
 
 from qcc.ir.core import Model
 from qcc.options import REQUIRED, OptionInfo, build_options, make_parser, option_infos, type_text
+from qcc.pm.parallel import Workers
 from qcc.target import GENERIC, Constraints
 
 __all__ = ["ALL", "REQUIRED", "Analysis", "AnalysisManager", "OptionInfo", "Pass", "PassContext", "PassResult",
@@ -95,6 +96,8 @@ class PassContext:
     """A user metric (`qcc.compile(..., metric=...)`): metric(predict) -> score, higher is better."""
     report: dict[str, Any] = attrs.field(factory=dict)
     progress: bool = False
+    workers: Workers = attrs.field(factory=Workers)
+    """Where shardable work runs (`--workers N`, `--cluster ADDRESS`): qcc.pm.parallel."""
 
     def note(self, key: str, entry: Any) -> None:
         """Append a line to a report section (e.g. 'float_fallbacks')."""

@@ -1,0 +1,298 @@
+"""Calibration at the floor and on several workers (issue 19, items 3 and 4).
+
+Three measurements, each configuration a fresh whole process, repeated and interleaved (A B C A
+B C ...) so the machine's drift hits every configuration alike; medians with min-max spreads, the
+load average before and after, CPU time (user + sys of the process and its waited children) beside
+wall time.
+
+1. floor: light_resnet50 / light_densenet121 (tests/onnx_zoo.py, random weights), S random
+   samples. In one process per configuration: one plain ONNX Runtime float pass over the samples
+   (default session options, one sample per run: the model's batch is 1), or qcc's `collect`
+   (every float activation histogrammed) with the interpreter or with onnxruntime as the engine.
+   The phase is timed inside the process after loading; the ratio is calibration / ORT pass of
+   the same repetition.
+2. rss: peak RSS growth (VmHWM minus VmRSS once model and data are loaded) of `collect` on a
+   static-batch ResNet tail (tests/test_calib_scale.py) at 100 and 1000 samples.
+3. workers: `qcc compile --quantize int8` of light_resnet50 with S samples, `--workers 1`,
+   `--workers 2`, and `--cluster` on a Dask LocalCluster of 2 single-thread worker processes
+   started by this script (its start-up is not timed). The output files are compared byte for
+   byte; RSS is the peak of the sum over the process tree (polled every 50 ms; the Dask workers
+   included).
+
+Run: .venv/bin/python bench/bench_calib_scale.py [--parts floor,rss,workers] [--repeat 3]
+     [--floor-samples 8] [--workers-samples 48] [--no-write]
+Results are printed and written to docs/benchmarks.md under "## Calibration at scale".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Calibration at scale"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(field)
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+# ----------------------------------------------------------------------------- in-process workers
+def floor_worker(mode: str, model_path: str, samples: int) -> dict[str, Any]:
+    import onnx
+
+    graph = onnx.load(model_path, load_external_data=False).graph
+    inp = graph.input[0]
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    data = np.random.default_rng(0).standard_normal((samples, *dims[1:]), dtype=np.float32)
+    if mode == "ort-pass":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        t0, c0 = time.perf_counter(), _cpu()
+        for i in range(samples):
+            session.run(None, {inp.name: data[i:i + 1]})
+    else:
+        from qcc.passes.calibrate import collect
+
+        from qcc.driver import load
+
+        model = load(model_path)
+        t0, c0 = time.perf_counter(), _cpu()
+        collect(model, {inp.name: data}, 1, engine=mode, rebatch=32)
+    return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0}
+
+
+def rss_worker(samples: int) -> dict[str, Any]:
+    from qcc.passes.calibrate import collect
+
+    from qcc.driver import load
+    from tests.test_calib_scale import static_batch_onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = load(str(static_batch_onnx(Path(tmp) / "tail.onnx")))
+    data = {"x": np.random.default_rng(0).standard_normal((samples, 3, 12, 12), dtype=np.float32)}
+    base = _status_mb("VmRSS")
+    t0 = time.perf_counter()
+    collect(model, data, 1, rebatch=32)
+    return {"wall": time.perf_counter() - t0, "growth": _status_mb("VmHWM") - base, "data_mb": data["x"].nbytes / 2**20}
+
+
+# ----------------------------------------------------------------------------- process runs
+def run_json(argv: list[str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _tree_rss_mb(root: int) -> float:
+    """RSS of `root` and every descendant (from /proc), in MB."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, ppid = int(entry), int(fields[1])
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / 2**20
+
+
+def timed_process(argv: list[str], also: Sequence[int] = ()) -> dict[str, Any]:
+    """Wall, CPU (the process and its waited children) and peak RSS of the tree (+ `also` pids)."""
+    peak = [0.0]
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_mb(proc.pid) + sum(_tree_rss_mb(p) for p in also))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    done.set()
+    watcher.join()
+    if status:
+        raise RuntimeError(f"{argv}: exit status {status}: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": peak[0]}
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+# ----------------------------------------------------------------------------- parts
+def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[str]:
+    from compare_ort_quant import light_model
+
+    lines = [f"### Calibration vs one plain ONNX Runtime float pass ({samples} samples, {repeat} repetitions)", "",
+             "| model | run | wall s | CPU s | ratio to the ORT pass (wall) | ratio (CPU) |",
+             "|---|---|---|---|---|---|"]
+    modes = ["ort-pass", "qcc", "onnxruntime"]
+    for name in names:
+        path = work / f"light_{name}.onnx"
+        light_model(name, path)
+        got: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        for _ in range(repeat):
+            for mode in modes:
+                got[mode].append(run_json(["--floor-worker", mode, str(path), str(samples)]))
+        for mode in modes:
+            walls = [r["wall"] for r in got[mode]]
+            cpus = [r["cpu"] for r in got[mode]]
+            ratios = [r["wall"] / b["wall"] for r, b in zip(got[mode], got["ort-pass"])]
+            cratios = [r["cpu"] / b["cpu"] for r, b in zip(got[mode], got["ort-pass"])]
+            label = {"ort-pass": "ORT float pass", "qcc": "qcc calibrate (interpreter)",
+                     "onnxruntime": "qcc calibrate{engine=onnxruntime}"}[mode]
+            lines.append(f"| {name} | {label} | {spread(walls)} | {spread(cpus)} | {spread(ratios)} | {spread(cratios)} |")
+        print("\n".join(lines[-3:]), flush=True)
+    return [*lines, ""]
+
+
+def part_rss(counts: list[int]) -> list[str]:
+    lines = ["### Calibration memory against the sample count (static-batch ResNet tail, rebound to 32)", "",
+             "| samples | data MB | wall s | peak RSS growth MB |", "|---|---|---|---|"]
+    for n in counts:
+        r = run_json(["--rss-worker", str(n)])
+        lines.append(f"| {n} | {r['data_mb']:.1f} | {r['wall']:.2f} | {r['growth']:.1f} |")
+        print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
+def part_workers(work: Path, samples: int, repeat: int) -> list[str]:
+    from compare_ort_quant import light_model, random_input
+    from distributed import LocalCluster
+
+    path = work / "light_resnet50.onnx"
+    input_name, dims = light_model("resnet50", path)
+    calib = work / "calib.npz"
+    np.savez(calib, **{input_name: random_input((samples, *dims[1:]), seed=0)})
+    base = [sys.executable, "-m", "qcc", "compile", str(path), "--quantize", "int8", "--calib", str(calib), "-q"]
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    pids = [int(w.process.pid) for w in cluster.workers.values()]  # type: ignore[union-attr]
+    configs = {"1 process": ["--workers", "1"], "--workers 2": ["--workers", "2"],
+               "--cluster (Dask, 2 workers)": ["--cluster", cluster.scheduler_address]}
+    got: dict[str, list[dict[str, Any]]] = {k: [] for k in configs}
+    outputs: dict[str, bytes] = {}
+    try:
+        for _ in range(repeat):
+            for label, flags in configs.items():
+                out = work / f"out_{len(outputs)}.onnx"
+                got[label].append(timed_process([*base, "-o", str(out), *flags],
+                                                pids if "cluster" in label else []))
+                outputs[label] = out.read_bytes()
+                out.unlink()
+    finally:
+        cluster.close()
+    first = outputs["1 process"]
+    lines = [f"### Sharded calibration: light_resnet50, {samples} samples, qcc compile --quantize int8 "
+             f"({repeat} repetitions)", "",
+             "| run | wall s | CPU s (process + forked workers) | speed-up (wall, pairwise) | peak RSS MB (tree) | "
+             "output bytes |", "|---|---|---|---|---|---|"]
+    for label in configs:
+        rows = got[label]
+        speed = [b["wall"] / r["wall"] for r, b in zip(rows, got["1 process"])]
+        cpu = spread([r["cpu"] for r in rows]) if "cluster" not in label else "n/a (Dask workers)"
+        same = "identical" if outputs[label] == first else "DIFFERENT"
+        lines.append(f"| {label} | {spread([r['wall'] for r in rows])} | {cpu} | {spread(speed)} | "
+                     f"{spread([r['rss'] for r in rows], '{:.0f}')} | {same} |")
+        print(lines[-1], flush=True)
+    return [*lines, ""]
+
+
+def write_section(lines: list[str], args: argparse.Namespace) -> None:
+    import onnxruntime
+
+    head = [SECTION, "",
+            f"`bench/bench_calib_scale.py`, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+            f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__}. Each configuration is a fresh process, "
+            f"repeated {args.repeat} times interleaved; medians with (min-max). 1-minute load average "
+            f"{args.load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (other engineers' jobs share "
+            "the 2 cores).", ""]
+    text = DOC.read_text()
+    body = "\n".join([*head, *lines]).rstrip() + "\n"
+    if SECTION in text:
+        before, _, after = text.partition(SECTION)
+        rest = after.split("\n## ", 1)
+        text = before + body + ("\n## " + rest[1] if len(rest) > 1 else "")
+    else:
+        text = text.rstrip() + "\n\n" + body
+    DOC.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--parts", default="floor,rss,workers")
+    ap.add_argument("--models", default="resnet50,densenet121")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--floor-samples", type=int, default=8)
+    ap.add_argument("--rss-samples", default="100,1000")
+    ap.add_argument("--workers-samples", type=int, default=48)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--floor-worker", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-worker", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.floor_worker:
+        mode, path, n = args.floor_worker
+        print(json.dumps(floor_worker(mode, path, int(n))))
+        return
+    if args.rss_worker:
+        print(json.dumps(rss_worker(args.rss_worker)))
+        return
+    args.load = os.getloadavg()
+    parts = args.parts.split(",")
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if "floor" in parts:
+            lines += part_floor(work, args.models.split(","), args.floor_samples, args.repeat)
+        if "rss" in parts:
+            lines += part_rss([int(n) for n in args.rss_samples.split(",")])
+        if "workers" in parts:
+            lines += part_workers(work, args.workers_samples, args.repeat)
+    print("\n".join(lines))
+    if not args.no_write:
+        write_section(lines, args)
+        print(f"written to {DOC}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,11 @@
 """Mutation campaign against qcc's readers: every case must end in success or a clean QccError.
 
-Usage: python bench/fuzz.py --reader onnx|nnp|nnb|yaml|npz --cases N [--seed S] [--timeout SEC]
+Usage: python bench/fuzz.py --reader READER|all --cases N [--seed S] [--timeout SEC]
                             [--workers W] [--memory-mb M] [--save DIR] [--json]
+READER: onnx, nnp, nnb, yaml, npz (mutated files); external, hdf5, special, dtype, bomb, outputs
+(generated cases for issue 20's classes, bench/fuzz_classes.py: external references of every kind,
+HDF5 features that read outside, special files, every ONNX element type against onnxruntime,
+folding and aggregate bombs, output-path collisions).
 
 Cases are truncations, byte flips, splices and structure-aware edits (ONNX: negative/huge dims,
 dangling inputs, cycles, wrong types, external data outside the folder, huge ConstantOfShape;
@@ -12,8 +16,12 @@ index and struct word edits; YAML: unsafe tags, alias bombs, deep nesting). Case
 Each case runs in a worker process (address space capped with RLIMIT_AS, qcc's limits set to
 CAMPAIGN_LIMITS, cwd inside a sandbox) with a time limit, and is counted as `ok` (read fine), `clean` (a qcc error naming the file),
 `unnamed` (a qcc error whose message does not name the file), `crash` (any other exception,
-MemoryError, the worker dying from a signal, or a file written anywhere but the case's own file)
-or `hang` (time limit; a worker stuck in native code is killed by the parent).
+MemoryError, the worker dying from a signal, a file written anywhere but the case's own file, or
+a case that raised the worker's peak memory by more than PEAK_GROWTH_MB: it allocated what the
+limits should have refused first),
+`hang` (time limit; a worker stuck in native code is killed by the parent), `wrong` (values that
+differ from onnxruntime's), `outside` (a file outside the model's folder read into the model) or
+`lost` (a compile changed or deleted a user's file it was not asked to replace).
 """
 
 from __future__ import annotations
@@ -46,10 +54,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.fuzz_classes import (  # noqa: E402  (needs ROOT on sys.path)
+    GENERATORS,
+    Case,
+    Finding,
+    materialize,
+    remove,
+    run_outputs,
+    setup_home,
+)
+
 DIGITS = ROOT / "examples" / "digits"
 # Workers run with these limits under a memory cap of about four times them: any allocation the
 # limits do not bound shows up as a MemoryError (a crash), not as a slow success.
 CAMPAIGN_LIMITS = {"max_parameter_bytes": 512 * 1024 * 1024, "max_archive_bytes": 512 * 1024 * 1024}
+# what one case may add to a worker's peak RSS: what the limits let through and the reader's own
+# working memory; a case over it allocated something the limits should have refused first
+PEAK_GROWTH_MB = 768
 ESCAPE_NAME = "qcc_fuzz_escape"  # zip-slip members are named after this; none may ever appear
 ABSOLUTE_ESCAPE = f"/tmp/{ESCAPE_NAME}_abs"
 
@@ -484,12 +505,18 @@ READERS: dict[str, dict[str, Any]] = {
     "nnp": {"seeds": nnp_seeds, "read": read_nnp, "suffix": ".nnp", "structural": nnp_structural, "rate": 0.7},
     "nnb": {"seeds": nnb_seeds, "read": read_nnb, "suffix": ".nnb", "structural": nnb_structural},
     "yaml": {"seeds": yaml_seeds, "read": read_yaml, "suffix": ".yaml", "structural": yaml_structural},
+    # issue 20's classes: generated cases (files, links, FIFOs) rather than mutated bytes (bench/fuzz_classes.py)
+    **{name: {**entry, "seeds": entry["seeds"] or nnp_seeds} for name, entry in GENERATORS.items()},
 }
+OUTCOMES = ("ok", "clean", "crash", "hang", "unnamed", "wrong", "outside", "lost")
+BAD = ("crash", "hang", "unnamed", "wrong", "outside", "lost")
 
 
-def make_case(reader: str, seeds: list[bytes], seed: int, index: int) -> bytes:
+def make_case(reader: str, seeds: list[bytes], seed: int, index: int) -> bytes | Case:
     """Case `index` of campaign `seed`: independent of every other case (and of PYTHONHASHSEED)."""
     rng = random.Random(f"{reader}/{seed}/{index}")
+    if "case" in READERS[reader]:
+        return READERS[reader]["case"](rng, seeds)  # type: ignore[no-any-return]
     base = rng.choice(seeds)
     structural = READERS[reader]["structural"]
     try:
@@ -522,17 +549,39 @@ def _limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def _run_case(reader: str, path: str, timeout: float) -> tuple[str, str]:
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith(key))
+
+
+def _reset_peak() -> int:
+    """Reset this process's peak RSS (VmHWM) to its current RSS; returns that RSS in KB."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:  # an old kernel: the peak then counts from the worker's start
+        pass
+    return _status_kb("VmRSS")
+
+
+def _run_case(reader: str, path: str, timeout: float, case: bytes | Case) -> tuple[str, str]:
     from qcc.errors import QccError
 
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        READERS[reader]["read"](path)
+        if reader == "outputs":
+            assert isinstance(case, Case)
+            run_outputs(os.path.dirname(path), case)
+        else:
+            READERS[reader]["read"](path)
         return "ok", ""
     except _Timeout:
         return "hang", f"over {timeout:g}s (in Python)"
+    except Finding as finding:
+        return finding.outcome, str(finding)[:300]
     except QccError as exc:
-        if path not in str(exc):  # every message names the file it is about
+        named = os.path.dirname(path) if reader == "outputs" else path  # an output error names an output
+        if named not in str(exc):  # every message names the file it is about
             return "unnamed", f"{type(exc).__name__}: {str(exc)[:200]}"
         return "clean", str(exc)[:200]
     except MemoryError:
@@ -555,25 +604,41 @@ def _worker(reader: str, seeds: list[bytes], seed: int, timeout: float, memory_m
     _limit_memory(memory_mb)
     cases, cwd = os.path.join(home, "case"), os.path.join(home, "cwd")
     os.makedirs(cwd, exist_ok=True)
+    setup_home(home, cwd)  # the secrets that cases try to reach
     os.chdir(cwd)
-    suffix = READERS[reader]["suffix"]
+    baseline = set(os.listdir(cwd))
+    suffix = READERS[reader].get("suffix", "")
     while True:
         index = tasks.get()
         if index is None:
             return
         os.makedirs(cases, exist_ok=True)
-        path = os.path.join(cases, "case" + suffix)
-        with open(path, "wb") as handle:
-            handle.write(make_case(reader, seeds, seed, index))
+        case = make_case(reader, seeds, seed, index)
+        if isinstance(case, Case):
+            created = materialize(case, cases)
+            path = os.path.join(cases, case.main)
+        else:
+            path = os.path.join(cases, "case" + suffix)
+            created = {"case" + suffix}
+            with open(path, "wb") as handle:
+                handle.write(case)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        outcome, detail = _run_case(reader, path, timeout)
-        written = sorted(set(os.listdir(cases)) - {"case" + suffix}) + os.listdir(cwd)
-        if written:  # a reader may read its input, nothing else: any new file is a failure
+        own_before = _reset_peak()
+        outcome, detail = _run_case(reader, path, timeout, case)
+        grew_mb = (_status_kb("VmHWM") - own_before) // 1024  # this case's own peak, not the worker's
+        # a reader may read its input, nothing else: any new file is a failure (the outputs
+        # reader judges what a compile wrote itself)
+        written = sorted(set(os.listdir(cases)) - created) if reader != "outputs" else []
+        written += sorted(set(os.listdir(cwd)) - baseline)
+        if written:
             outcome, detail = "crash", f"wrote files {written[:5]} ({outcome}: {detail})"
-            shutil.rmtree(cwd, ignore_errors=True)
-            os.makedirs(cwd, exist_ok=True)
-        shutil.rmtree(cases, ignore_errors=True)
+            for name in set(os.listdir(cwd)) - baseline:
+                remove(os.path.join(cwd, name))
+        remove(cases)
         rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if grew_mb > PEAK_GROWTH_MB and outcome in ("ok", "clean"):  # allocated first, checked after?
+            outcome, detail = "crash", (f"the case raised the worker's peak memory by {grew_mb} MB, past what "
+                                        f"the limits allow ({outcome}: {detail})")
         results.put((index, outcome, detail, rss_kb, rss_kb - rss_before))
 
 
@@ -627,7 +692,7 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
         counts[outcome] += 1
         if outcome == "clean":
             reasons[_reason(detail)] += 1
-        if outcome in ("crash", "hang", "unnamed"):
+        if outcome in BAD:
             findings.append((index, outcome, detail))
 
     def handle(item: tuple[int, str, str, int, int]) -> None:
@@ -684,14 +749,14 @@ def run_campaign(reader: str, count: int, seed: int, timeout: float = 10.0, work
         shutil.rmtree(sandbox, ignore_errors=True)
     elapsed = time.perf_counter() - start
     result = {"reader": reader, "cases": count, "first": first, "seed": seed, "seeds": len(seeds),
-              "counts": {k: counts.get(k, 0) for k in ("ok", "clean", "crash", "hang", "unnamed")},
+              "counts": {k: counts.get(k, 0) for k in OUTCOMES},
               "findings": findings, "top_clean_reasons": reasons.most_common(12), "escaped_files": escaped, "seconds": round(elapsed, 1),
               "peak_worker_rss_mb": round(peak_rss_kb / 1024, 1),
               "heavy_cases": sorted(heavy, key=lambda h: -h[1])[:10], "timeout": timeout, "workers": workers,
               "memory_mb": memory_mb}
     if verbose:
         print(f"{reader}: {count} cases (seed {seed}) in {elapsed:.1f}s: " +
-              ", ".join(f"{k} {counts.get(k, 0)}" for k in ("ok", "clean", "crash", "hang", "unnamed")) +
+              ", ".join(f"{k} {counts.get(k, 0)}" for k in OUTCOMES) +
               f"; peak worker RSS {result['peak_worker_rss_mb']} MB")
         for index, outcome, detail in findings[:30]:
             print(f"  case {index}: {outcome}: {detail}")
@@ -715,9 +780,16 @@ def save_cases(reader: str, seed: int, indices: list[int], directory: str) -> li
     os.makedirs(directory, exist_ok=True)
     paths = []
     for index in indices:
+        case = make_case(reader, seeds, seed, index)
+        if isinstance(case, Case):  # a folder: the files, links and FIFOs of the case
+            folder = os.path.join(directory, f"case-{index}")
+            os.makedirs(folder, exist_ok=True)
+            materialize(case, folder)
+            paths.append(os.path.join(folder, case.main))
+            continue
         path = os.path.join(directory, f"case-{index}{READERS[reader]['suffix']}")
         with open(path, "wb") as handle:
-            handle.write(make_case(reader, seeds, seed, index))
+            handle.write(case)
         paths.append(path)
     return paths
 
@@ -726,22 +798,27 @@ def markdown_section(results: list[dict[str, Any]]) -> str:
     """The `## Mutation campaign` section of docs/benchmarks.md for finished campaigns."""
     import platform
 
-    first = results[0]
+    first = max(results, key=lambda r: r["cases"])
+    capped = " ".join(f"--max-cases {r['reader']}={r['cases']}" for r in results if r["cases"] < first["cases"])
     lines = ["## Mutation campaign", "",
-             f"`python bench/fuzz.py --reader all --cases {first['cases']} --seed {first['seed']} --doc`, "
+             f"`python bench/fuzz.py --reader all --cases {first['cases']} {capped + ' ' if capped else ''}"
+             f"--seed {first['seed']} --doc`, "
              f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, "
              f"{results[0]['workers']} workers, {results[0]['timeout']:g} s per case, workers capped at "
              f"{results[0]['memory_mb']} MB of address space with qcc's limits "
              + ", ".join(f"{k}={v // (1024 * 1024)} MiB" for k, v in CAMPAIGN_LIMITS.items())
-             + ". `clean` = a qcc error naming the file; `unnamed` = a qcc error that does not name it.", "",
-             "| reader | seed files | seed | cases | ok | clean | crash | hang | unnamed | escaped files | seconds "
-             "| peak worker RSS (MB) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             + ". `clean` = a qcc error naming the file; `unnamed` = a qcc error that does not name it; "
+             "`wrong` = values that differ from onnxruntime's; `outside` = bytes of a file outside the model's "
+             "folder in the loaded model; `lost` = a user's file changed or deleted by a compile not asked to "
+             "replace it; `escaped` = a file written outside the case folder.", "",
+             "| reader | seed files | seed | cases | ok | clean | crash | hang | unnamed | wrong | outside | lost "
+             "| escaped | seconds | peak worker RSS (MB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         c = r["counts"]
         lines.append(f"| {r['reader']} | {r['seeds']} | {r['seed']} | {r['cases']} | {c['ok']} | {c['clean']} | {c['crash']} | "
-                     f"{c['hang']} | {c['unnamed']} | {len(r['escaped_files'])} | {r['seconds']} | "
-                     f"{r['peak_worker_rss_mb']} |")
+                     f"{c['hang']} | {c['unnamed']} | {c['wrong']} | {c['outside']} | {c['lost']} | "
+                     f"{len(r['escaped_files'])} | {r['seconds']} | {r['peak_worker_rss_mb']} |")
     lines += ["", "What stopped the refused cases most often (per reader, top 5):", ""]
     for r in results:
         top = "; ".join(f"{' '.join(reason.split())} ({n})" for reason, n in r["top_clean_reasons"][:5])
@@ -753,6 +830,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reader", required=True, choices=[*sorted(READERS), "all"])
     parser.add_argument("--cases", type=int, default=1000)
+    parser.add_argument("--max-cases", action="append", default=[], metavar="READER=N",
+                        help="fewer cases for a slow reader (e.g. bomb=1000); repeatable")
     parser.add_argument("--first", type=int, default=0, help="index of the first case (to resume or replay)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per case")
@@ -763,9 +842,10 @@ def main() -> int:
     parser.add_argument("--doc", action="store_true", help="write the results into docs/benchmarks.md")
     args = parser.parse_args()
     results = []
+    caps = {name: int(count) for name, _, count in (item.partition("=") for item in args.max_cases)}
     for reader in sorted(READERS) if args.reader == "all" else [args.reader]:
-        result = run_campaign(reader, args.cases, args.seed, args.timeout, args.workers, args.memory_mb,
-                              verbose=not args.json, first=args.first)
+        result = run_campaign(reader, min(args.cases, caps.get(reader, args.cases)), args.seed, args.timeout,
+                              args.workers, args.memory_mb, verbose=not args.json, first=args.first)
         if args.save and result["findings"]:
             for path in save_cases(reader, args.seed, [i for i, _, _ in result["findings"]], args.save):
                 print(f"  saved {path}", file=sys.stderr)

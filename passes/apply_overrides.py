@@ -29,7 +29,7 @@ from qcc.passes.quantutil import is_float
 
 from qcc.errors import UsageError
 from qcc.ir.core import Model, Value
-from qcc.ir.types import FixedPoint, Float32, Sign
+from qcc.ir.types import FRAC_RANGE, FixedPoint, Float32, Sign
 from qcc.pm.base import Pass, PassContext, PassResult
 
 _TYPE = re.compile(r"^(FLOAT32|SIGN|INT8|UINT8|INT16|FIXED(8|16)(?:_(\d+))?)$")
@@ -79,9 +79,13 @@ def parse_rule(text: str, source: str = "--override") -> Override:
     pattern, type_text = pattern.strip(), type_text.strip().upper()
     if not sep or not pattern:
         raise UsageError(f"{source} {text!r}: expected PATTERN=TYPE (e.g. 'conv1*=FIXED16')")
-    if not _TYPE.match(type_text):
-        raise UsageError(f"{source} {text!r}: unknown type {type_text!r}; use FLOAT32, FIXED8, FIXED16, "
+    match = _TYPE.match(type_text)
+    if not match:
+        raise UsageError(f"{source} {text!r}: unknown type {type_text[:40]!r}; use FLOAT32, FIXED8, FIXED16, "
                          "FIXED8_<pos>, FIXED16_<pos>, INT8, UINT8, INT16 or SIGN")
+    if match.group(3) is not None and not 0 <= int(match.group(3)) <= FRAC_RANGE[1]:
+        raise UsageError(f"{source} {text!r}: position {match.group(3)[:20]} is outside 0..{FRAC_RANGE[1]} "
+                         "(the value is int * 2**-position)")
     return Override(pattern, type_text, source)
 
 

@@ -62,7 +62,7 @@ class Calibrate(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import bind_inputs
+        from qcc.data import bind_inputs, calibration_warnings
 
         if ctx.calib_data is None:
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
@@ -70,18 +70,27 @@ class Calibrate(Pass):
         check_finite_params(model)
         source = ctx.calib_name
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
-            from qcc.data import bound_batches
+            from qcc.data import CalibrationCheck, bound_batches
 
             if ctx.workers.parallel:
                 raise UsageError(f"{source}: calibration on {ctx.workers.describe()} needs the data as arrays (an "
                                  ".npz or a dict) to shard; a stream of batches is read by this process alone")
-            stream = (feeds for feeds, _ in bound_batches(model, ctx.calib_data, source, self.batch_size,
-                                                          "pass 'calibrate'"))
-            result = collect_batches(model, stream, None, self.num_bins, ctx.progress, self.engine, self.batch_size)
+            check = CalibrationCheck()
+
+            def checked() -> Iterator[dict[str, np.ndarray]]:
+                for feeds, _ in bound_batches(model, ctx.calib_data, source, self.batch_size, "pass 'calibrate'"):
+                    check.add(feeds)
+                    yield feeds
+
+            result = collect_batches(model, checked(), None, self.num_bins, ctx.progress, self.engine, self.batch_size)
             if not result.samples:
                 raise InvalidInputError(f"{source}: no samples (pass 'calibrate')")
+            for warning in check.warnings(source):
+                ctx.note("warnings", warning)
             return self._store(result, model, source, ctx)
         feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)  # no whole-array temporaries
+        for warning in calibration_warnings(feeds, source):
+            ctx.note("warnings", warning)
         count = len(next(iter(feeds.values()))) if feeds else 0
         if self.max_samples is not None:
             count = min(count, self.max_samples)

@@ -30,13 +30,19 @@ class FoldConstants(Pass):
     max_elements: int = 1 << 24
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
+        from qcc import limits
+
         graph = model.graph
         folded = 0
+        total = 0  # bytes folded so far: many results each under max_elements must not add up unchecked
         for node in list(graph.nodes):
             if not node.inputs or any(v is None or not v.is_const for v in node.inputs):
                 continue
             if any(v.type.numel() > self.max_elements for v in node.outputs):
                 continue
+            total += sum(v.type.nbytes() for v in node.outputs)
+            limits.check_count("bytes of folded constants", total, limits.current().max_parameter_bytes,
+                               f"pass fold-constants, node {node.name!r}")
             schema = get_schema(node.op)
             if schema.has("quantize"):
                 continue

@@ -2,7 +2,7 @@
 
 Everything is decided from the central directory before a single member is inflated: member
 count, names (no absolute or `..` paths, no NULs, no duplicates), the declared uncompressed total,
-and each large member's compression ratio (a zip bomb deflates at ~1000:1; real weights, data and
+the compression ratio of each large member and of all small members together (a zip bomb deflates at ~1000:1; real weights, data and
 text stay far below `max_compression_ratio`). A member is then read with at most its declared
 size (zipfile stops there), so a header that lies cannot inflate past the caps. Nothing is ever
 extracted to disk.
@@ -57,7 +57,7 @@ def checked_members(archive: zipfile.ZipFile, source: str, max_bytes: int | None
         raise InvalidInputError(f"{source}: archive has {len(infos)} members, over the limit of "
                                 f"{lim.max_archive_members} (--limit max_archive_members=N)")
     seen: set[str] = set()
-    total = 0
+    total = small_declared = small_compressed = 0
     for info in infos:
         check_member_name(info.filename, source)
         if info.filename in seen:
@@ -70,6 +70,16 @@ def checked_members(archive: zipfile.ZipFile, source: str, max_bytes: int | None
                 f"{source}: archive member {info.filename!r} would inflate {info.compress_size} bytes to "
                 f"{info.file_size} (ratio {ratio:.0f}, over the limit of {lim.max_compression_ratio}): a zip bomb? "
                 "(--limit max_compression_ratio=N)")
+        if info.file_size <= RATIO_FLOOR:
+            small_declared += info.file_size
+            small_compressed += info.compress_size
+    # many members each just under the floor add up: the floor applies to their sum too
+    ratio = small_declared / max(small_compressed, 1)
+    if small_declared > RATIO_FLOOR and ratio > lim.max_compression_ratio:
+        raise InvalidInputError(
+            f"{source}: archive members under {RATIO_FLOOR} bytes each would inflate {small_compressed} bytes to "
+            f"{small_declared} together (ratio {ratio:.0f}, over the limit of {lim.max_compression_ratio}): a zip "
+            "bomb? (--limit max_compression_ratio=N)")
     cap = max_bytes or lim.max_archive_bytes
     if total > cap:
         raise InvalidInputError(f"{source}: archive would expand to {total} bytes, over the limit of {cap} "

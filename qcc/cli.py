@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -12,14 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from qcc import __version__
-from qcc.errors import InternalError, QccError
+from qcc.errors import InternalError, OutputError, QccError, one_line
 
 RUNTIMES = ("runtimes: .onnx in onnxruntime, .nnb in nnablart ($QCC_NNABLART or PATH; else qcc's emulation of "
             "the decoded file), a target-c directory built with its Makefile, .nnp in nnabla, .pt2 in qcc's simulator.")
 LAYERS = ("Per-layer table: every tensor both runtimes can show (onnxruntime: every node output, graph "
           "optimizations off, as onnxruntime.quantization.qdq_loss_debug does), matched by name; SQNR dB = "
           "10 log10(sum ref^2 / sum (model - ref)^2) over all samples ('exact': no difference).")
-EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
+EXIT_CODES = ("exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 74 cannot write an "
+              "output, 130 interrupted")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -93,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
+    c.add_argument("--force", action="store_true",
+                   help="let a directory output (target c) replace a directory or file qcc did not write")
     c.add_argument("--plots", metavar="DIR", help="with --eval: PNG plots into DIR (per-tensor histograms with the "
                    "chosen range, per-layer SQNR, memory timeline); needs matplotlib (pip install qcc[plots])")
 
@@ -174,7 +178,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         overrides=tuple(args.override), eval=args.eval, report=None if to_stdout else args.report,
         network=args.network, executor=args.executor, batch_size=args.batch_size, input_shapes=_input_shapes(args),
         nnb_version=args.nnb_version, api=args.api, plan=args.plan, time_passes=args.time_passes,
-        print_after_all=args.print_after_all, dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots,
+        print_after_all=args.print_after_all, dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots, force=args.force,
         workers=args.workers, cluster=args.cluster,
     )
     if not args.quiet:
@@ -220,6 +224,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from qcc.running import eval_file, print_layer_table
 
+    if args.report and args.report != "-":  # never over an input, checked before any work
+        from qcc.outputs import check_outputs
+
+        check_outputs(args.report, None, {"model": args.model, "data file": args.data, "reference": args.reference},
+                      plots=args.plots)
     result = eval_file(args.model, args.data, args.reference, args.network, progress_wanted(args))
     if args.plots:
         from qcc.debug_plots import sqnr_bar_chart
@@ -348,13 +357,15 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(argv)
     except QccError as exc:  # OneLineParser: a command-line mistake is one line
-        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _report(exc)
     if args.command is None:
         parser.print_help()
         return 2
-    if not args.debug:
-        import logging
+    import logging
+
+    if args.debug:
+        logging.getLogger("qcc").setLevel(logging.DEBUG)  # readers then leave frameworks' own logs alone
+    else:
         import warnings
 
         warnings.simplefilter("ignore")
@@ -367,8 +378,7 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             configure(args.limit)
         except QccError as exc:
-            print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
-            return exc.exit_code
+            return _report(exc)
     if args.no_plugins:
         from qcc.plugins import set_autoload
 
@@ -381,22 +391,36 @@ def _main(argv: Sequence[str] | None) -> int:
     except QccError as exc:
         if args.debug:
             traceback.print_exc()
-        for line in getattr(exc, "details", ()):  # an error with many entries: one line each, then the summary
-            print(f"qcc: {exc.kind}: {line}", file=sys.stderr)
-        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _report(exc)
     except KeyboardInterrupt:
         print("qcc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `qcc passes | head`: the reader left; not an error worth a message
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if args.debug:
+            traceback.print_exc()
+        if exc.errno not in _REFUSED_WRITES:
+            return _report(InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)"))
+        # the file system refused a write that no writer turned into an OutputError itself
+        return _report(OutputError(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
-        err = InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)")
-        print(f"qcc: {err.kind}: {err}", file=sys.stderr)
-        return err.exit_code
+        return _report(InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)"))
+
+
+_REFUSED_WRITES = {getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "EISDIR",
+                                                    "ENOTDIR", "EEXIST") if hasattr(errno, name)}
+
+
+def _report(exc: QccError) -> int:
+    """The error as one `qcc: <kind>: <message>` line on stderr (after its details, one line each); its exit code."""
+    for line in getattr(exc, "details", ()):  # an error with many entries: one line each, then the summary
+        print(f"qcc: {exc.kind}: {one_line(str(line))}", file=sys.stderr)
+    print(f"qcc: {exc.kind}: {one_line(str(exc))}", file=sys.stderr)
+    return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qcc import archive, limits
 from qcc.errors import InvalidInputError, UsageError
+from qcc.io import require_regular_file
 from qcc.ir.core import Model
 from qcc.ir.types import DTYPES
 
@@ -25,8 +27,9 @@ def load_npz(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict
     """Read arrays without unpickling; the archive and each .npy header are checked before inflating."""
     source = Path(path)
     text = str(source)
-    if not source.is_file():
+    if not os.path.lexists(source):
         raise UsageError(f"{source}: no such file")
+    require_regular_file(source, "data file")  # a FIFO would block zipfile's open, a device never end
     try:
         with archive.reading(text, ".npz"), zipfile.ZipFile(source) as zf:
             arrays: dict[str, np.ndarray] = {}
@@ -107,6 +110,62 @@ def all_finite(array: np.ndarray, chunk: int = 1 << 20) -> bool:
     """np.isfinite(array).all() in chunks: no whole-array temporary (calibration memory stays flat)."""
     flat = array.reshape(-1)
     return all(bool(np.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.size, chunk))
+
+
+class CalibrationCheck:
+    """What makes calibration data useless though it is valid: all zeros, one constant value, or
+    subnormal values (no fixed-point or int8 grid fitted to them means anything). One line each.
+
+    Fed batch by batch (`add`), so data streamed from Python is checked like a .npz; arrays are
+    read in chunks like `all_finite`: no whole-array temporaries.
+    """
+
+    def __init__(self, chunk: int = 1 << 20) -> None:
+        self.chunk = chunk
+        self.seen: dict[str, _Tally] = {}
+
+    def add(self, feeds: dict[str, np.ndarray]) -> None:
+        for name, array in feeds.items():
+            if array.dtype.kind != "f" or not array.size:
+                continue
+            tally = self.seen.setdefault(name, _Tally(float(np.finfo(array.dtype).tiny)))
+            flat = array.reshape(-1)
+            for i in range(0, flat.size, self.chunk):
+                part = flat[i:i + self.chunk]
+                tally.low, tally.high = min(tally.low, float(part.min())), max(tally.high, float(part.max()))
+                magnitude = np.abs(part)
+                tally.subnormal += int(np.count_nonzero((magnitude < tally.tiny) & (magnitude > 0)))
+            tally.count += flat.size
+
+    def warnings(self, source: str) -> list[str]:
+        lines = []
+        for name, t in self.seen.items():
+            where = f"{source}: calibration array {name!r}"
+            if t.low == t.high == 0.0:
+                lines.append(f"{where} is all zeros: the ranges calibrated on it say nothing about real inputs")
+            elif t.low == t.high:
+                lines.append(f"{where} holds one value ({t.low:g}) in all {t.count} elements: the ranges calibrated "
+                             "on it say nothing about real inputs")
+            if t.subnormal:
+                lines.append(f"{where} holds {t.subnormal} subnormal value(s) (0 < |x| < {t.tiny:.3g}): they are "
+                             "below any quantization step; is the data scaled as the model expects?")
+        return lines
+
+
+@attrs.define
+class _Tally:
+    tiny: float
+    low: float = np.inf
+    high: float = -np.inf
+    subnormal: int = 0
+    count: int = 0
+
+
+def calibration_warnings(feeds: dict[str, np.ndarray], source: str, chunk: int = 1 << 20) -> list[str]:
+    """`CalibrationCheck` of arrays held whole (a .npz, a dict)."""
+    check = CalibrationCheck(chunk)
+    check.add(feeds)
+    return check.warnings(source)
 
 
 def static_batch(model: Model, source: str) -> int | None:

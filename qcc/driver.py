@@ -26,6 +26,7 @@ from qcc.errors import (
     naming,
 )
 from qcc.ir.core import Model
+from qcc.outputs import check_outputs
 from qcc.pipelines import default_pipeline, with_target_passes
 from qcc.pm.base import Pass, PassContext
 from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
@@ -64,6 +65,7 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    force: bool = False  # let a directory output replace a directory qcc did not write (qcc.outputs)
     equalize: bool = True  # cross-layer equalization where the scheme has per-tensor weight scales
     bias_correct: bool = True
     rounding: str | None = None  # None: the scheme's default (learned for int4/uint4)
@@ -142,10 +144,15 @@ def _compile(
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
     check_choices(opts, SCHEMES, METHODS, ROUNDINGS)
     check_pipeline_flags(opts, passes is not None)
+    if opts.batch_size is not None and (isinstance(opts.batch_size, bool) or opts.batch_size < 1):
+        raise UsageError(f"--batch-size {opts.batch_size}: must be a positive number of samples")
     out = os.fspath(output)
     backend, target_opts = resolve_target(out, opts)
     check_output_extension(out, backend, bool(opts.target))
     constraints = backend.constraints(target_opts)
+    outputs = check_outputs(out, backend, {"model": model, "calibration data": opts.calib, "evaluation data": opts.eval,
+                                           "settings file": opts.settings}, opts.report, opts.dump_ir, opts.force,
+                            target_opts, plots=opts.plots)
     from qcc.progress import progress_bar
 
     progress = sys.stderr.isatty() if opts.progress is None else opts.progress
@@ -209,31 +216,32 @@ def _compile(
     reference = copy.deepcopy(loaded) if eval_data is not None else None  # the float model, for --eval
     result = PassManager(pipeline, verify=opts.verify_each, instruments=insts).run(loaded, ctx)
     compiled = result.model
-    written = backend.write(compiled, out, target_opts)
-    if reference is not None:
-        from qcc.evaluation import eval_written
+    with outputs.writing():  # a failure from here on (a failed --eval included) removes what this run wrote
+        written = backend.write(compiled, out, target_opts)
+        if reference is not None:
+            from qcc.evaluation import eval_written
 
-        # the written file in its runtime, and qcc's simulator of the same (legalized) model
-        ctx.report["eval"], warnings = eval_written(reference, compiled, eval_data, eval_name, backend, out,
-                                                    target_opts, constraints.integer_affine, progress)
-        for line in warnings:
-            ctx.note("warnings", line)
-        if opts.plots:
-            from qcc.debug_plots import write_plots
+            # the written file in its runtime, and qcc's simulator of the same (legalized) model
+            ctx.report["eval"], warnings = eval_written(reference, compiled, eval_data, eval_name, backend, out,
+                                                        target_opts, constraints.integer_affine, progress)
+            for line in warnings:
+                ctx.note("warnings", line)
+            if opts.plots:
+                from qcc.debug_plots import write_plots
 
-            ctx.report["plots"] = write_plots(reference, compiled, eval_data, eval_name, opts.plots)
-    for entry in written.float_fallbacks:
-        ctx.note("float_fallbacks", entry)
-    if written.summary:
-        ctx.report[backend.name] = dict(written.summary)
-    if timer:
-        timer.report()
-    report = build_report(compiled, ctx, opts, out, backend)
-    report["target_options"] = attrs.asdict(target_opts)
-    if opts.report:
-        from qcc.io import atomic_write_bytes
+                ctx.report["plots"] = write_plots(reference, compiled, eval_data, eval_name, opts.plots)
+        for entry in written.float_fallbacks:
+            ctx.note("float_fallbacks", entry)
+        if written.summary:
+            ctx.report[backend.name] = dict(written.summary)
+        if timer:
+            timer.report()
+        report = build_report(compiled, ctx, opts, out, backend)
+        report["target_options"] = attrs.asdict(target_opts)
+        if opts.report:
+            from qcc.io import atomic_write_bytes
 
-        atomic_write_bytes(opts.report, (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
+            atomic_write_bytes(opts.report, (json.dumps(report, indent=2, sort_keys=True, default=str) + "\n").encode())
     return compiled, report
 
 

@@ -1,7 +1,7 @@
 """One error hierarchy for the whole compiler, so the driver can map each kind to an exit code.
 
 Exit codes (documented in docs/errors.md): usage 2, invalid input 3, unsupported 4,
-internal 70. Every message names the file and, where there is one, the node/op/tensor.
+internal 70, output not writable 74. Every message names the file and, where there is one, the node/op/tensor.
 """
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ import zlib
 
 
 class QccError(Exception):
-    """Base of every error qcc raises on purpose."""
+    """Base of every error qcc raises on purpose. Its text is always one line: libraries (YAML,
+    protobuf, torch) put context on lines of their own, and the message quotes them."""
 
     exit_code = 1
     kind = "error"
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class UsageError(QccError):
@@ -41,6 +45,16 @@ class UnsupportedError(QccError):
 
     exit_code = 4
     kind = "unsupported"
+
+
+class OutputError(QccError):
+    """An output cannot be written: a read-only folder, a full disk, a path that cannot be created.
+
+    Not a bug (70) and not the command line's fault (2): the environment refused the write.
+    """
+
+    exit_code = 74  # sysexits' EX_IOERR
+    kind = "cannot write"
 
 
 class InternalError(QccError):
@@ -74,6 +88,11 @@ DECODE_ERRORS: tuple[type[BaseException], ...] = (
 MALFORMED_ERRORS: tuple[type[BaseException], ...] = (
     TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError, UnicodeError,
 )
+
+
+def one_line(text: str) -> str:
+    """A message as one line: libraries (YAML, protobuf) put context on lines of their own."""
+    return " ".join(text.split())
 
 
 def naming(exc: QccError, source: str, *others: str) -> QccError:

@@ -1,7 +1,7 @@
 """Atomic output: write beside the target, then rename, so a crash leaves the old file or none.
 
-Temporaries are hidden siblings named `.<target>.<pid>-<random>.tmp` (`.old` for a directory
-being replaced). A compile killed with SIGKILL cannot remove its own; the next write to the
+Temporaries are hidden siblings named `.<target>.<pid>-<random>.tmp` (`.old` for what is being
+replaced, kept until the run's writing block ends: `qcc.outputs.OutputPlan.writing`). A compile killed with SIGKILL cannot remove its own; the next write to the
 same target removes those whose process is gone (or whose pid now belongs to a process started
 after them), so leftovers never pile up and a concurrent writer's temporaries are never touched.
 """
@@ -84,45 +84,106 @@ def _fsync_directory(directory: Path) -> None:
             os.close(fd)
 
 
+def _cannot_write(target: Path, exc: OSError) -> Exception:
+    from qcc.errors import OutputError
+
+    return OutputError(f"{target}: cannot write: {exc.strerror or exc}")
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` to `path` through a temporary beside it; never over a directory or special file.
+
+    What the file system refuses (a read-only folder, a full disk) is an OutputError naming the
+    target, and leaves neither the temporary nor a partial target behind.
+    """
+    from qcc.outputs import check_file_target
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(target)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
+    check_file_target(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(target)
+        fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 is not what `open` gives
             os.fsync(handle.fileno())
+        _keep_previous(target)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _cannot_write(target, exc) from None
         raise
     _fsync_directory(target.parent)
 
 
+def _keep_previous(target: Path) -> None:
+    """Inside a run's writing block, a second name (a hard link: no copy) for the file about to be
+    replaced, so a run that fails later can put it back (`qcc.outputs.OutputPlan.writing`)."""
+    from qcc.outputs import keep_replaced, keeping_replaced
+
+    if not keeping_replaced() or not stat.S_ISREG(_lstat_mode(target)):
+        return
+    old = target.parent / f"{_prefix(target)}{os.urandom(4).hex()}.old"
+    try:
+        os.link(target, old)
+    except OSError:  # a file system without hard links: the file is replaced without a way back
+        return
+    keep_replaced(target, old)
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary directory beside `path`; on success it replaces `path` whole."""
+    """Yield a temporary directory beside `path`; on success it replaces `path` whole.
+
+    Only what `qcc.outputs.check_replaceable` allows is replaced (a directory qcc wrote, an empty
+    one, or what --force names); the new directory carries qcc's marker file.
+    """
+    from qcc.outputs import check_replaceable, keep_replaced, write_marker
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temporaries(target)
-    tmp = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent))
+    check_replaceable(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(target)
+        tmp = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
     try:
         yield tmp
+        write_marker(tmp)
         os.chmod(tmp, 0o777 & ~_umask())
-        if target.exists():
+        if os.path.lexists(target):
             old = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".old", dir=target.parent))
             os.rmdir(old)
             os.replace(target, old)
             os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
+            if keep_replaced(target, old):  # a run's writing block puts it back if the run fails
+                pass
+            elif old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(old)
         else:
             os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _cannot_write(target, exc) from None
         raise
     _fsync_directory(target.parent)
 
@@ -175,18 +236,20 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = 
                                     f"({info.st_size} bytes)")
         if want > max_bytes:
             raise InvalidInputError(f"{name}: {what} of {want} bytes is over the {max_bytes}-byte limit")
-        chunks: list[bytes] = []
-        got = 0
         os.lseek(fd, offset, os.SEEK_SET)
+        # one read fills one buffer (a regular file gives all it has, up to 2 GiB): reading in
+        # chunks and joining them would need twice the file's size at the peak
+        chunks = [os.read(fd, want)]
+        got = len(chunks[0])
         while got < want:
-            chunk = os.read(fd, min(1 << 24, want - got))
+            chunk = os.read(fd, want - got)
             if not chunk:
                 break
             chunks.append(chunk)
             got += len(chunk)
         if got != want:
             raise InvalidInputError(f"{name}: {what} ended after {got} of {want} bytes")
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 

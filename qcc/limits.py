@@ -1,7 +1,9 @@
 """Resource limits every reader enforces before it allocates anything.
 
-Defaults suit models that fit a workstation; override them per run with `--limit NAME=VALUE`
-(CLI), `qcc.limits.configure(...)` (API) or `QCC_LIMIT_<NAME>` environment variables.
+Defaults suit models that fit a workstation and keep the peak memory of one compile under about
+14 GB whatever the input (measured in docs/errors.md); override them per run with
+`--limit NAME=VALUE` (CLI), `qcc.limits.configure(...)` (API) or `QCC_LIMIT_<NAME>` environment
+variables.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from qcc.errors import InvalidInputError, UsageError
 
 @attrs.frozen
 class Limits:
-    max_file_bytes: int = 4 * 1024**3
+    """Defaults sized from measured peaks (docs/errors.md, "Resource limits"): the worst target (c)
+    needs ~13x the parameter bytes, a quantized compile ~44 KB per node."""
+
+    max_file_bytes: int = 2 * 1024**3  # protobuf's own ceiling for one message; the .nnb format's too
     max_tensor_elements: int = 1 << 31
-    max_parameter_bytes: int = 4 * 1024**3
-    max_nodes: int = 1_000_000
+    max_parameter_bytes: int = 1024**3
+    max_nodes: int = 200_000
     max_archive_members: int = 10_000
-    max_archive_bytes: int = 8 * 1024**3
+    max_archive_bytes: int = 2 * 1024**3
     max_compression_ratio: int = 200
+    max_settings_bytes: int = 16 * 1024**2  # YAML parses at ~1 MB/s and ~50 MB of memory per MB
 
 
 _current: Limits | None = None
@@ -42,11 +48,12 @@ def current() -> Limits:
 
 def _parse(name: str, text: str) -> int:
     try:
-        value = int(float(text))
-    except ValueError:
-        raise UsageError(f"limit {name}: {text!r} is not a number") from None
-    if value <= 0:
-        raise UsageError(f"limit {name}: must be positive")
+        number = float(text)
+        value = int(number)
+    except (ValueError, OverflowError):  # "x", "nan", "inf"
+        raise UsageError(f"limit {name}: {text[:40]!r} is not a finite number") from None
+    if value <= 0 or value != number:
+        raise UsageError(f"limit {name}: {text[:40]!r} must be a positive whole number")
     return value
 
 

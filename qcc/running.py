@@ -49,6 +49,7 @@ def open_runtime(path: str | os.PathLike[str], network: str | None = None) -> Ru
         if backend is not None and backend.writes_directory:
             backend = None
     if backend is not None:
+        check_model_file(text)
         if network is not None and backend.name == "nnp":
             from qcc.runtimes.nnabla import NnablaRuntime
 
@@ -64,6 +65,27 @@ def open_runtime(path: str | os.PathLike[str], network: str | None = None) -> Ru
     model = load(text)
     return SimRuntime(model, quantized=is_quantized(model), name=f"qcc simulator (no runtime runs {Path(text).suffix} "
                       "files here)")
+
+
+def check_model_file(path: str) -> None:
+    """What qcc's readers refuse, refused before a runtime opens the file: onnxruntime and nnabla
+    would follow an ONNX external-data reference or an HDF5 external dataset anywhere on disk,
+    read a FIFO or /dev/zero, or crash on corrupt bytes (an internal error instead of exit 3)."""
+    from qcc import limits
+    from qcc.errors import DECODE_ERRORS
+
+    lower = path.lower()
+    try:
+        if lower.endswith(".onnx"):
+            from qcc.frontends.onnx import read_proto
+
+            read_proto(Path(path), limits.current().max_file_bytes)
+        elif lower.endswith((".nnp", ".nntxt")):
+            from qcc.formats.nnp_archive import read_nnp
+
+            read_nnp(path)
+    except DECODE_ERRORS as exc:  # what corrupt bytes raise in any reader, named by file as `load` does
+        raise InvalidInputError(f"{path}: not a readable model: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
 def bind(runtime: Runtime, arrays: dict[str, np.ndarray], source: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
@@ -103,8 +125,10 @@ def run_file(model: str, data: str, out: str, network: str | None = None, progre
 
     from qcc.data import load_npz
     from qcc.io import atomic_write_bytes
+    from qcc.outputs import check_outputs
     from qcc.progress import progress_bar
 
+    check_outputs(out, None, {"model": model, "data file": data})  # never over an input, before any work
     arrays = load_npz(data)
     with open_runtime(model, network) as runtime:
         feeds, _ = bind(runtime, arrays, data)

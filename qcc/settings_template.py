@@ -26,6 +26,9 @@ def write_settings(model: str, out: str, calib: Any = None, quantize: str = "fix
         raise UsageError(f"{model}: qcc settings writes nnabla's settings.yaml for an .nnp model")
     if calib is None and method is not None:
         raise UsageError("--method has no effect without --calib")
+    from qcc.outputs import check_outputs
+
+    check_outputs(out, None, {"model": model, "calibration data": calib})  # never over an input, before any work
     loaded = load(model, network=network, executor=executor)
     if calib is not None:
         if quantize not in FIXED:

@@ -54,7 +54,7 @@ def make_model(
 
 def constant(graph: Graph, value: Any, name: str = "c", dtype: str = "float32") -> Value:
     """A constant with a fresh name (scalars become 1-element tensors)."""
-    return graph.add_constant(graph.unique_name(name), np.asarray(value, dtype=DTYPES[dtype]))
+    return graph.add_constant(graph.unique_name(name), np.atleast_1d(np.asarray(value, dtype=DTYPES[dtype])))
 
 
 def random_feeds(model: Model, batch: int = 2, seed: int = 0, low: float = -4.0, high: float = 4.0,

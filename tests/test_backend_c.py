@@ -385,7 +385,7 @@ def test_cli_directory_output_selects_c_and_make_builds(tmp_path: Path) -> None:
     proc = run_qcc("compile", str(DIGITS / "digits_cnn.onnx"), "-o", str(out), "--quantize", "fixed16",
                "--calib", str(DIGITS / "calib.npz"))
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["Makefile", "digits_cli.c", "digits_cli.h", "main.c"]
+    assert sorted(p.name for p in out.iterdir()) == [".qcc-output", "Makefile", "digits_cli.c", "digits_cli.h", "main.c"]
     make = subprocess.run(["make", "-s", "-C", str(out), "CFLAGS=" + " ".join((*STRICT, "-O2"))],
                           capture_output=True, text=True)
     assert make.returncode == 0, make.stderr

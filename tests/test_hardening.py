@@ -58,6 +58,7 @@ def _cap(address_space: int | None) -> Callable[[], None] | None:
 # mark), and pytest holds torch & co.; so the child reports its own VmHWM, which exec resets.
 _PEAK_TRAMPOLINE = """
 import atexit, runpy, sys
+open(sys.argv[1] + '.started', 'w').close()  # the interpreter is up: qcc's own start-up begins
 def _peak(path=sys.argv[1]):
     for line in open('/proc/self/status'):
         if line.startswith('VmHWM'):
@@ -339,11 +340,23 @@ def test_a_declared_huge_tensor_is_refused_before_allocating(tmp_path: Path, dig
 # ----------------------------------------------------------------------------- interrupted compiles
 @pytest.fixture(scope="module")
 def big_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The light vgg19 with random weights: 575 MB, long enough to interrupt at chosen moments."""
-    from tests.onnx_zoo import randomized_bytes
+    """A chain of 9 MatMul+Relu with 2048x2048 random weights: 151 MB, whose compile takes long
+    enough (load, convert, export, write and fsync) to interrupt at chosen moments; a quarter of
+    the bytes, and a fraction of the CPU, of the light vgg19 these tests used to compile 8 times."""
+    from onnx import TensorProto, helper, numpy_helper
 
-    path = tmp_path_factory.mktemp("big") / "vgg19.onnx"
-    path.write_bytes(randomized_bytes.__wrapped__("vgg19"))  # type: ignore[attr-defined]
+    rng = np.random.default_rng(0)
+    width, nodes, weights, previous = 2048, [], [], "x"
+    for i in range(9):
+        weights.append(numpy_helper.from_array(
+            (rng.standard_normal((width, width), dtype=np.float32) / np.float32(np.sqrt(width))), f"w{i}"))
+        nodes += [helper.make_node("MatMul", [previous, f"w{i}"], [f"h{i}"], name=f"matmul{i}"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu{i}")]
+        previous = f"r{i}"
+    graph = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, ["N", width])], weights)
+    path = tmp_path_factory.mktemp("big") / "big.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
     return path
 
 
@@ -370,20 +383,20 @@ def big_timeline(big_model: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     """(seconds until the output's temporary appears, total seconds, sha256 of the output)."""
     out_dir = tmp_path_factory.mktemp("ref")
     began = time.monotonic()
-    proc, logs = start(["compile", big_model, "-o", out_dir / "vgg19.onnx"])
-    writing = wait_for_temporary(proc, out_dir, "vgg19.onnx") - began
+    proc, logs = start(["compile", big_model, "-o", out_dir / "big.onnx"])
+    writing = wait_for_temporary(proc, out_dir, "big.onnx") - began
     run = finish(proc, logs)
     assert run.returncode == 0, run.stderr
-    return writing, time.monotonic() - began, sha256(out_dir / "vgg19.onnx")
+    return writing, time.monotonic() - began, sha256(out_dir / "big.onnx")
 
 
-TEMPORARY = re.compile(r"^\.vgg19\.onnx\.\d+-\w+\.tmp$")
+TEMPORARY = re.compile(r"^\.big\.onnx\.\d+-\w+\.(tmp|old)$")  # .old: the previous file's second name
 
 
 def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, big_timeline: tuple[float, float, str],
                                                                tmp_path: Path) -> None:
     writing, total, reference = big_timeline
-    out = tmp_path / "vgg19.onnx"
+    out = tmp_path / "big.onnx"
     old = b"the complete output of an earlier compile"
     left_behind = 0
     # (no previous output?, when to kill: None = while compiling, else that fraction into the write)
@@ -417,17 +430,21 @@ def test_sigkill_during_a_compile_leaves_the_old_file_or_none(big_model: Path, b
 
 def test_sigint_exits_130_without_partial_output(big_model: Path, big_timeline: tuple[float, float, str],
                                                  tmp_path: Path) -> None:
-    writing, total, _ = big_timeline
-    out = tmp_path / "vgg19.onnx"
+    writing, _, _ = big_timeline
+    out = tmp_path / "big.onnx"
     for moment in ("startup", "compiling", "writing"):
         proc, logs = start(["compile", big_model, "-o", out])
         if moment == "startup":  # parsing the command line, importing numpy/onnx
-            time.sleep(0.5)
+            # once Python itself is up: a SIGINT inside the interpreter's own initialization is
+            # Python's fatal error (exit 1) before any program runs, on a loaded machine at 0.5 s
+            deadline = time.monotonic() + 60
+            while not (logs / "hwm.started").exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(0.1)
         elif moment == "compiling":
             time.sleep(writing * 0.6)
-        else:
+        else:  # at once: the write of 151 MB and its fsync outlast the poll; later could be after the exit
             wait_for_temporary(proc, tmp_path, out.name)
-            time.sleep((total - writing) * 0.3)
         proc.send_signal(signal.SIGINT)
         run = finish(proc, logs)
         assert run.returncode == 130, (moment, run.stderr[-2000:])

@@ -3,7 +3,7 @@ passes/ and backends/ into qcc.passes / qcc.backends cannot hide a violation), l
 inside functions included.
 
 Layers, lowest first; a module may import its own layer and the ones below:
-  0 base      qcc.errors, limits, io, tables, archive, options, plugin_api, progress, qcc.quant (numerics)
+  0 base      qcc.errors, limits, io, outputs, tables, archive, options, plugin_api, progress, qcc.quant (numerics)
   1 ir        qcc.ir
   2 core      qcc.target, qcc.formats, qcc.sim, qcc.data, qcc.runtimes
   3 machinery qcc.pm, qcc.plan, qcc.plugins, qcc.builtin_plugin
@@ -22,8 +22,8 @@ from pathlib import Path
 from tests.cli_util import ROOT
 
 LAYERS = [
-    {"qcc.errors", "qcc.limits", "qcc.io", "qcc.tables", "qcc.archive", "qcc.options", "qcc.plugin_api",
-     "qcc.progress", "qcc.quant"},
+    {"qcc.errors", "qcc.limits", "qcc.io", "qcc.outputs", "qcc.tables", "qcc.archive", "qcc.options",
+     "qcc.plugin_api", "qcc.progress", "qcc.quant"},
     {"qcc.ir"},
     {"qcc.target", "qcc.formats", "qcc.sim", "qcc.data", "qcc.runtimes"},
     {"qcc.pm", "qcc.plan", "qcc.plugins", "qcc.builtin_plugin"},

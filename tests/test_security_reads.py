@@ -265,3 +265,40 @@ def test_nnp_plain_parameters_still_load(layout: Path) -> None:
     model = qcc.load(_nnp_with_h5(layout, build))
     y = qcc.run(model, {"x": np.ones((1, 4), np.float32)})
     np.testing.assert_allclose(y["y"], [[5.0, 6.0]])
+
+
+# ----------------------------------------------------------------------------- qcc run / qcc eval
+def _run_cli(layout: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "qcc", *map(str, args)], cwd=layout, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_qcc_run_and_eval_give_a_runtime_only_what_qcc_s_readers_accept(layout: Path) -> None:
+    """onnxruntime and nnabla would read an external reference or an HDF5 external dataset
+    anywhere on disk, and a corrupt file crashed them (exit 70): the same checks as compile."""
+    pytest.importorskip("nnabla")
+    np.savez(layout / "x.npz", x=np.ones(16, np.float32))  # the models take one [16] vector
+    outside = _save(layout, _add_model(initializers=[_external("w", "../secrets/key")]))
+    constant = layout / "model" / "c.onnx"
+    constant.write_bytes(_add_model(CONSTANT_CASES["constant-cwd-relative"]()).SerializeToString())
+    truncated = layout / "model" / "t.onnx"
+    truncated.write_bytes(_add_model(initializers=[numpy_helper.from_array(SECRET, "w")]).SerializeToString()[:60])
+
+    def build(handle: object) -> None:
+        handle.create_dataset("fc/affine/b", shape=(2,), dtype="f4",  # type: ignore[attr-defined]
+                              external=[("secrets/key", 0, 8)]).attrs["index"] = 1
+
+    nnp = _nnp_with_h5(layout, build)
+    np.savez(layout / "x4.npz", x=np.ones((1, 4), np.float32))
+    os.mkfifo(layout / "model" / "f.nnb")
+    cases = [(("run", outside, "x.npz", "-o", "o.npz"), "initializer 'w'"),
+             (("eval", constant, "x.npz"), "node 'c' (Constant)"),
+             (("run", truncated, "x.npz", "-o", "o.npz"), "not a valid ONNX model"),
+             (("run", nnp, "x4.npz", "-o", "o.npz"), "external file"),
+             (("run", layout / "model" / "f.nnb", "x4.npz", "-o", "o.npz"), "not a regular file")]
+    for args, needle in cases:
+        proc = _run_cli(layout, *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 3 and len(lines) == 1 and needle in lines[0], (args, proc.stderr)
+    assert not (layout / "o.npz").exists()

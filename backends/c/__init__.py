@@ -11,14 +11,15 @@ import os
 from pathlib import Path
 
 import attrs
-from qcc.backends.c.emit import Generated, generate
+from qcc.backends.c.emit import Generated, file_names, generate
 
 from qcc.io import atomic_directory
 from qcc.ir.core import Model
+from qcc.outputs import check_generated_names
 from qcc.runtimes.base import Runtime
 from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
 
-__all__ = ["BACKEND", "CBackend", "Generated", "generate"]
+__all__ = ["BACKEND", "CBackend", "Generated", "file_names", "generate"]
 
 
 @attrs.frozen
@@ -64,11 +65,16 @@ class CBackend(Backend):
         The file stem is the output directory's name as a C identifier (option `name` overrides).
         """
         target = Path(out)
+        check_generated_names(str(target), self.file_names(target, options))
         generated = generate(model, options.name or target.name or "model")
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)
         return WriteResult(summary={"float_islands": list(generated.float_islands)} if generated.float_islands else {})
+
+    def file_names(self, out: str | os.PathLike[str], options: COptions | None = None) -> list[str]:
+        """What the output directory will hold: the sources and what its Makefile builds there."""
+        return file_names(getattr(options, "name", None) or Path(out).name or "model")
 
 
 BACKEND = CBackend()

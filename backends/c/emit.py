@@ -37,6 +37,14 @@ class Generated:
     """Nodes an integer mode computes in float32 between its stored tensors (report lines)."""
 
 
+def file_names(name: str) -> list[str]:
+    """The files of the output directory for model `name`: sources, build products, qcc's marker."""
+    from qcc.outputs import MARKER
+
+    ident = c_identifier(name).lower()
+    return [f"{ident}.h", f"{ident}.c", "main.c", "Makefile", "main.o", f"{ident}.o", "model", MARKER]
+
+
 def generate(model: Model, name: str) -> Generated:
     """All sources for one model; raises UnsupportedError before producing anything partial."""
     ident = c_identifier(name).lower()

@@ -108,13 +108,14 @@ def _stored_plan(model: Model, steps: Sequence[Step], nbytes: Sizer, last_use: d
         return None
     roots: dict[int, Value] = {id(c): c for c in graph.constants}
     roots.update({id(v): acts[plan.buffer_of[name]] for name, v in acts.items()})
-    members: dict[int, list[Value]] = {}
+    group_last: dict[int, int] = {}  # latest last use over each storage group's members so far
     copies = set()
     for step, lowered in enumerate(steps):
         node = lowered.node
         for value in node.outputs:
             root = roots[id(value)]
-            members.setdefault(id(root), [root] if root is not value else [])
+            if id(root) not in group_last:
+                group_last[id(root)] = last_use.get(id(root), -1) if root is not value else -1
             if lowered.alias and root is value:
                 copies.add(id(value))
             elif lowered.alias:
@@ -122,11 +123,9 @@ def _stored_plan(model: Model, steps: Sequence[Step], nbytes: Sizer, last_use: d
                     return None
             elif root is not value:
                 sources = [i for i in lowered.inplace if roots[id(node.input(i))] is root]
-                group = members[id(root)]
-                if not sources or nbytes(root) != nbytes(value) or \
-                        any(last_use.get(id(v), -1) > step for v in group):
+                if not sources or nbytes(root) != nbytes(value) or group_last[id(root)] > step:
                     return None
-            members[id(root)].append(value)
+            group_last[id(root)] = max(group_last[id(root)], last_use.get(id(value), -1))
     offsets = {name: plan.arena.offsets[name] for name in set(plan.buffer_of.values())}
     return roots, offsets, plan.arena.method, frozenset(copies)
 

@@ -151,16 +151,10 @@ def _children(f: Any, consumers: dict[str, list[int]]) -> Iterator[int]:
 def _settings(path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     if path is None:
         return {}, {}
-    import yaml
+    from qcc.formats.settings_yaml import load_settings
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidInputError(f"{path}: cannot read settings: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidInputError(f"{path}: a settings file is a mapping with 'functions' and 'variables'")
-    return dict(doc.get("variables") or {}), dict(doc.get("functions") or {})
+    functions, variables = load_settings(path)
+    return dict(variables), dict(functions)
 
 
 def _type_of(name: str, settings: dict[str, Any], model: Model) -> tuple[str, int | None]:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from qcc import limits
-from qcc.errors import InvalidInputError, UsageError
+from qcc.errors import UsageError
+from qcc.io import read_regular_file
 
 from .format import ArgValue, DataType, NnbFile, activation_size, read_nnb
 from .functions import default_table
 from .program import BITS
+
+MAX_NNB_BYTES = 2 * 1024**3  # nnabla-c-runtime's offsets and sizes are 32-bit; 2 GiB is its practical ceiling
 
 
 def type_name(dtype: DataType, fp_pos: int) -> str:
@@ -62,13 +64,10 @@ def _arg(value: ArgValue, choices: tuple[str, ...]) -> Any:
 def inspect_nnb(path: str | os.PathLike[str], as_json: bool = False) -> dict[str, Any]:
     """Decode `path` (InvalidInputError on any inconsistency) and print a table unless as_json."""
     source = os.fspath(path)
-    if not os.path.isfile(source):
+    if not os.path.lexists(source):
         raise UsageError(f"{source}: no such file")
-    try:
-        limits.check_count("bytes", os.path.getsize(source), limits.current().max_file_bytes, source)
-        data = Path(source).read_bytes()
-    except OSError as exc:
-        raise InvalidInputError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    # the cap applies before reading (a 3 GiB file is refused, not read whole first)
+    data = read_regular_file(source, min(limits.current().max_file_bytes, MAX_NNB_BYTES), ".nnb file")
     info = describe_nnb(read_nnb(data, source), len(data))
     if not as_json:
         print_table(source, info)

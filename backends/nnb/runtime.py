@@ -17,8 +17,15 @@ from .lift import lift_nnb
 
 
 def nnb_runtime(path: str | os.PathLike[str], tolerance: Tolerance) -> Runtime:
+    from qcc import limits
+    from qcc.io import read_regular_file
+
+    from .inspect import MAX_NNB_BYTES
+
     source = Path(path)
-    nnb = read_nnb(source.read_bytes(), str(source))
+    # a regular file under the cap (a FIFO or /dev/zero is refused, not read), as `qcc inspect` reads it
+    nnb = read_nnb(read_regular_file(source, min(limits.current().max_file_bytes, MAX_NNB_BYTES), ".nnb file"),
+                   str(source))
     program = find_nnablart()
     if program:
         inputs = tuple((f"v{i}", stored(nnb.variables[i], source)) for i in nnb.inputs)

@@ -59,7 +59,8 @@ class ParamBudget:
             raise InvalidInputError(f"{where}: more than {limit} HDF5 objects")
 
 
-def _read_members(path: Path, max_members: int, max_total: int) -> dict[str, bytes]:
+def _read_members(path: Path, max_members: int, max_total: int) -> tuple[dict[str, bytes], list[str]]:
+    """The network and parameter members' bytes, and every member's name."""
     source = str(path)
     if not zipfile.is_zipfile(path):
         raise InvalidInputError(f"{source}: not an .nnp file (not a zip archive)")
@@ -67,7 +68,11 @@ def _read_members(path: Path, max_members: int, max_total: int) -> dict[str, byt
         infos = archive.checked_members(zf, source, max_total)
         if len(infos) > max_members:
             raise InvalidInputError(f"{source}: archive has {len(infos)} members, over the limit of {max_members}")
-        return {info.filename: archive.read_member(zf, info, source) for info in infos if not info.is_dir()}
+        # only the members qcc reads are inflated: anything else in the archive stays compressed
+        wanted = [info for info in infos if not info.is_dir() and
+                  posixpath.splitext(info.filename)[1].lower() in NETWORK_EXTS + PARAM_EXTS]
+        names = sorted(info.filename for info in infos if not info.is_dir())
+        return {info.filename: archive.read_member(zf, info, source) for info in wanted}, names
 
 
 def _merge_text(proto: Any, text: bytes, where: str) -> None:
@@ -187,7 +192,7 @@ def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
         _merge_text(proto, read_regular_file(source, max_total_bytes, "network definition"), str(source))
         params.update(_proto_params(proto, str(source), ParamBudget(str(source))))
         return NnpContents(proto, params, [source.name])
-    members = _read_members(source, max_members, max_total_bytes)
+    members, names = _read_members(source, max_members, max_total_bytes)
     budget = ParamBudget(str(source))
     for name in members:
         if posixpath.splitext(name)[1].lower() in NETWORK_EXTS:
@@ -207,9 +212,9 @@ def read_nnp(path: str | os.PathLike[str], max_members: int | None = None,
                 proto.executor.add().CopyFrom(executor)
     if not proto.network:
         raise InvalidInputError(
-            f"{source}: not an .nnp file: no network definition among its members {sorted(members)[:10]}")
+            f"{source}: not an .nnp file: no network definition among its members {names[:10]}")
     params.update({k: v for k, v in _proto_params(proto, str(source), budget).items() if k not in params})
-    return NnpContents(proto, params, sorted(members))
+    return NnpContents(proto, params, names)
 
 
 def _param_fields() -> dict[str, str]:

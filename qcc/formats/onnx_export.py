@@ -7,6 +7,7 @@ One exporter per IR op in `EXPORTERS`; each appends ONNX nodes for one IR node.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -429,8 +430,14 @@ def finish(w: OnnxWriter, pipeline: str = "") -> Any:
     proto.ir_version = 8 if w.opset < 19 else 9 if w.opset < 21 else 10
     passes = pipeline or ",".join(w.model.passes_run)
     helper.set_model_props(proto, {"qcc.version": __version__, "qcc.pipeline": passes,
-                                   "qcc.source": str(w.model.metadata.get("source", ""))})
+                                   "qcc.source": source_name(w.model)})
     return proto
+
+
+def source_name(model: Model) -> str:
+    """The model's file name, without its folder: outputs are the same bytes whichever way the
+    model path was typed, and a shipped file does not reveal the builder's directories."""
+    return os.path.basename(str(model.metadata.get("source", "")))
 
 
 def to_onnx(model: Model, opset: int = OPSET) -> Any:

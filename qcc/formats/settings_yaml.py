@@ -19,6 +19,7 @@ from typing import Any
 from qcc import limits
 from qcc.errors import InvalidInputError, UnsupportedError, UsageError
 from qcc.formats.nnp import INTERNAL
+from qcc.io import read_regular_file
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
 
@@ -230,21 +231,28 @@ def apply_settings(model: Model, text: str, source: str = "settings.yaml") -> li
 
 
 def read_settings_text(path: str | os.PathLike[str]) -> str:
-    """The text of a settings file: size-checked before reading, UTF-8, errors naming the file."""
+    """The text of a settings file: a regular file (not a FIFO or a device) within
+    `max_settings_bytes`, checked before reading; UTF-8; errors naming the file."""
     source = os.fspath(path)
+    if not os.path.lexists(source):
+        raise UsageError(f"{source}: no such file")
+    limit = limits.current().max_settings_bytes
     try:
-        size = os.path.getsize(source)
-        limits.check_count("bytes", size, limits.current().max_file_bytes, source)
-        with open(source, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        raise UsageError(f"{source}: no such file") from None
-    except OSError as exc:
-        raise InvalidInputError(f"{source}: cannot read settings: {exc.strerror or exc}") from None
+        data = read_regular_file(source, limit, "settings file")
+    except InvalidInputError as exc:
+        if "over the" in str(exc):
+            raise InvalidInputError(f"{exc} (raise it with --limit max_settings_bytes=N)") from None
+        raise
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{source}: not UTF-8 text (byte {exc.start}); a settings file is YAML") from None
+
+
+def load_settings(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (functions, variables) mappings of a settings file, read and parsed as safely as above."""
+    source = os.fspath(path)
+    return _load(read_settings_text(source), source)
 
 
 def apply_settings_file(model: Model, path: str | os.PathLike[str]) -> list[str]:

@@ -520,9 +520,12 @@ def _pick(contents: NnpContents, source: str, network: str | None, executor: str
         runs = [e for e in proto.executor if e.network_name == network]
         runs.sort(key=lambda e: e.name.lower() != "runtime")
         return nets[network], (runs[0] if runs else None)
+    for exe in proto.executor:  # nnabla itself refuses such a file; qcc must not pick another network silently
+        if exe.network_name not in nets:
+            raise InvalidInputError(f"{source}: executor {exe.name!r} names a missing network {exe.network_name!r} "
+                                    f"({listing})")
     for exe in sorted(proto.executor, key=lambda e: e.name.lower() != "runtime"):
-        if exe.network_name in nets:
-            return nets[exe.network_name], exe
+        return nets[exe.network_name], exe
     return proto.network[0], None
 
 
@@ -555,19 +558,50 @@ def _check_supported(ctx: _Ctx, network: Any) -> None:
 
 
 def _ordered(ctx: _Ctx, network: Any, inputs: list[str]) -> list[Any]:
-    """The functions in an executable order (files normally are; a DAG sort otherwise)."""
+    """The functions in an executable order: the file's where it is one (files normally are),
+    else a stable DAG sort. One producer per variable; linear in the number of functions."""
+    import heapq
+
+    functions = list(network.function)
+    limits.check_count("functions", len(functions), limits.current().max_nodes, ctx.source)
     ready = set(inputs) | {v.name for v in network.variable if v.type == "Parameter"} | set(ctx.params)
-    pending = list(network.function)
+    producer: dict[str, int] = {}
+    for index, f in enumerate(functions):
+        for name in f.output:
+            if name in producer:
+                raise InvalidInputError(f"{ctx.where(f)}: writes variable {name!r}, which function "
+                                        f"{functions[producer[name]].name!r} writes too")
+            if name in ready:
+                raise InvalidInputError(f"{ctx.where(f)}: writes variable {name!r}, which is a network input or "
+                                        "parameter")
+            producer[name] = index
+    waiting = [0] * len(functions)
+    users: dict[int, list[int]] = {}
+    for index, f in enumerate(functions):
+        for name in set(f.input):
+            if name in ready:
+                continue
+            if name in producer:
+                waiting[index] += 1
+                users.setdefault(producer[name], []).append(index)
+            else:
+                waiting[index] = -len(functions) - 1  # never computed: never ready
+    heap = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(heap)
     order: list[Any] = []
-    while pending:
-        index = next((i for i, f in enumerate(pending) if all(n in ready for n in f.input)), None)
-        if index is None:
-            f = pending[0]
-            raise InvalidInputError(f"{ctx.where(f)}: inputs {[n for n in f.input if n not in ready]} are never "
-                                    "computed (or the network has a cycle)")
-        f = pending.pop(index)
-        ready.update(f.output)
-        order.append(f)
+    while heap:
+        index = heapq.heappop(heap)
+        order.append(functions[index])
+        for user in users.get(index, []):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(heap, user)
+    if len(order) != len(functions):
+        placed = {id(f) for f in order}
+        f = next(f for f in functions if id(f) not in placed)
+        done = ready | {name for g in order for name in g.output}
+        raise InvalidInputError(f"{ctx.where(f)}: inputs {[n for n in f.input if n not in done]} are never "
+                                "computed (or the network has a cycle)")
     return order
 
 
@@ -653,6 +687,8 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
     for value in graph.values():
         limits.check_elements(value.type.numel(), f"variable {value.name!r}", source)
     graph.cleanup()
+    if not graph.nodes:
+        raise InvalidInputError(f"{source}: network {net.name!r} computes nothing (no function reaches its outputs)")
     fuse_gated_activations(graph)
     used = {id(v) for n in graph.nodes for v in n.inputs if v is not None} | {id(v) for v in graph.outputs}
     dropped = [v.name for v in graph.inputs if id(v) not in used]

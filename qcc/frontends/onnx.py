@@ -8,6 +8,7 @@ IR only holds real computation.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from qcc import limits
 from qcc.errors import MALFORMED_ERRORS, InvalidInputError, QccError, UnsupportedError
 from qcc.frontends import onnx_quant
 from qcc.frontends.input_shapes import BoundShapes, ShapeSpec, bind_inputs
+from qcc.frontends.onnx_fold_size import folded_elements, folded_itemsize, folding_work
 from qcc.frontends.onnx_tensors import (
     TYPE_NAMES,
     declared_bytes,
@@ -306,7 +308,10 @@ def _softmax(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if ctx.opset >= 13:
         ctx.emit(node, "Softmax", [x], {"axis": attrs.get("axis", -1)})
         return
-    axis = attrs.get("axis", 1) % max(rank, 1)
+    axis = attrs.get("axis", 1)
+    if not -rank <= axis < max(rank, 1):
+        raise InvalidInputError(f"{ctx.source}: node {node.name!r} (Softmax): axis {axis} out of range for rank {rank}")
+    axis %= max(rank, 1)
     if axis == rank - 1:
         ctx.emit(node, "Softmax", [x], {"axis": -1})
         return
@@ -515,21 +520,31 @@ def _shape(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------- folding
 def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
-    """Evaluate a node whose inputs are all constants; True when folded."""
+    """Evaluate a node whose inputs are all constants; True when folded.
+
+    The result's size is predicted from the inputs' shapes and reserved against the limits (and
+    the model's running total) before anything computes it (qcc.frontends.onnx_fold_size).
+    """
     op = node.op_type
     if op == "Constant":
+        where = f"node {node.name!r} (Constant)"
         if "value" in attrs:
-            ctx.consts[node.output[0]] = to_array(attrs["value"], f"node {node.name!r} (Constant)", ctx.source)
+            tensor = attrs["value"]
+            count = math.prod(int(d) for d in tensor.dims)
+            ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
+            ctx.consts[node.output[0]] = to_array(tensor, where, ctx.source)
         else:
             key, val = next(iter(attrs.items()))
             dtype = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64, "value_ints": np.int64}.get(key)
             if dtype is None:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Constant) with {key}")
+            ctx.reserve(len(val) if isinstance(val, list) else 1, np.dtype(dtype).itemsize, where)
             ctx.consts[node.output[0]] = np.array(val, dtype=dtype)
         return True
     if not all(ctx.is_const(n) for n in node.input) or op in onnx_quant.FOLD_FIRST:
         return False
     ins: list[Any] = [ctx.consts[n] if n else None for n in node.input]
+    _reserve_result(ctx, node, op, ins, attrs)
     result: Any
     if op == "ConstantOfShape":
         where = f"node {node.name!r} (ConstantOfShape)"
@@ -539,15 +554,11 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         shape = [int(d) for d in np.asarray(ins[0]).reshape(-1)]
         if any(d < 0 for d in shape):
             raise InvalidInputError(f"{ctx.source}: node {node.name!r} (ConstantOfShape) with shape {shape}")
-        ctx.reserve(int(np.prod(shape, dtype=np.float64)), fill.dtype.itemsize, f"node {node.name!r} (ConstantOfShape)")
         result = [np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)]
     elif op == "Identity":
         result = [ins[0]]
     elif op == "Cast" and TYPE_NAMES.get(attrs["to"]) in DTYPES:
         result = [np.asarray(ins[0]).astype(DTYPES[TYPE_NAMES[attrs["to"]]])]
-    elif op in ("Expand", "Tile", "Range"):
-        _precheck_size(ctx, node, op, ins)
-        result = _reference_eval(ctx, node, op, ins)
     else:
         result = _reference_eval(ctx, node, op, ins)
     for name, array in zip(node.output, result):
@@ -556,19 +567,20 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
     return True
 
 
-def _precheck_size(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> None:
-    """Refuse constant ops whose result would be huge before the evaluator allocates it."""
+def _reserve_result(ctx: _Ctx, node: Any, op: str, ins: list[Any], attrs: dict[str, Any]) -> None:
+    """Refuse a folded result over the limits before numpy or the reference evaluator allocates it."""
     try:
-        if op == "Expand":
-            count = int(np.prod(np.broadcast_shapes(np.shape(ins[0]), tuple(int(d) for d in ins[1])), dtype=np.float64))
-        elif op == "Tile":
-            count = int(np.size(ins[0]) * np.prod([float(r) for r in ins[1]]))
-        else:
-            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins[:3])
-            count = int(max(0.0, np.ceil((limit - start) / delta))) if delta else 1 << 62
-    except (ValueError, TypeError, IndexError, OverflowError):
+        count = folded_elements(op, ins, attrs)
+        itemsize = folded_itemsize(op, ins, attrs, DTYPES.get(TYPE_NAMES.get(attrs.get("to", -1), "")))
+        if op == "ConstantOfShape" and "value" in attrs:
+            itemsize = max(1, declared_bytes(attrs["value"]))
+    except (ValueError, TypeError, IndexError, OverflowError, ZeroDivisionError, AttributeError):
         raise InvalidInputError(f"{ctx.source}: node {node.name!r} ({op}) has malformed constant inputs") from None
-    ctx.reserve(count, np.asarray(ins[0]).dtype.itemsize, f"node {node.name!r} ({op})")
+    elements = int(count) if math.isfinite(count) and count < 2**62 else 2**62
+    ctx.reserve(elements, itemsize, f"node {node.name!r} ({op})")
+    work = folding_work(op, ins, attrs, elements)  # transient: checked, not added to the model's total
+    if work > elements:
+        limits.check_tensor(int(min(work, 2**62)), itemsize, f"folding node {node.name!r} ({op})", ctx.source)
 
 
 def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
@@ -601,7 +613,9 @@ def supported_ops() -> list[str]:
 
 
 # ----------------------------------------------------------------------------- entry
-def _read(path: Path, max_bytes: int) -> Any:
+def read_proto(path: Path, max_bytes: int) -> Any:
+    """The ModelProto of a regular file under `max_bytes`, its external data moved inside (only
+    from the model's folder, within the limits); what is not readable is an InvalidInputError."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -645,22 +659,27 @@ def load_onnx(path: str | os.PathLike[str], batch_size: int | None = None,
     """Import an ONNX file (see module doc); `input_shapes` and `batch_size` bind dynamic input dims
     (qcc.frontends.input_shapes) before any node is imported, so shape computations fold."""
     source = Path(path)
-    proto = _read(source, limits.current().max_file_bytes)
-    return import_proto(proto, str(source), batch_size, input_shapes)
+    proto = read_proto(source, limits.current().max_file_bytes)
+    return import_proto(proto, str(source), batch_size, input_shapes, consume=True)
 
 
 def import_proto(proto: Any, source: str = "<onnx>", batch_size: int | None = None,
-                 input_shapes: ShapeSpec | None = None) -> Model:
-    """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`."""
+                 input_shapes: ShapeSpec | None = None, consume: bool = False) -> Model:
+    """Build the IR of an ONNX ModelProto; anything malformed is an InvalidInputError naming `source`.
+
+    `consume=True` drops each initializer's bytes from `proto` once it is an array, so the file's
+    parameters are not held twice at the peak (the proto is the caller's, so only on request).
+    """
     try:
-        return _import_proto(proto, source, batch_size, input_shapes)
+        return _import_proto(proto, source, batch_size, input_shapes, consume)
     except QccError:
         raise
     except MALFORMED_ERRORS as exc:
         raise InvalidInputError(f"{source}: malformed ONNX model: {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
-def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes: ShapeSpec | None) -> Model:
+def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes: ShapeSpec | None,
+                  consume: bool) -> Model:
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedError(f"{source}: ONNX opset {opset} is not supported (supported: {MIN_OPSET}..{MAX_OPSET})")
@@ -669,7 +688,7 @@ def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes:
     limits.check_count("nodes", len(g.node), lim.max_nodes, source)
     graph = Graph(name=g.name or Path(source).stem)
     ctx = _Ctx(graph, opset, source)
-    resolve_external_data(proto, None, source)  # a file's references were resolved by _read; others are refused
+    resolve_external_data(proto, None, source)  # a file's references were resolved by read_proto; others are refused
     for tensor in g.initializer:
         where = f"initializer {tensor.name!r}"
         if tensor.data_type not in TYPE_NAMES:
@@ -677,6 +696,8 @@ def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes:
         count = int(np.prod([int(d) for d in tensor.dims], dtype=np.float64))
         ctx.reserve(count, max(1, declared_bytes(tensor) // max(count, 1)), where)
         ctx.consts[tensor.name] = to_array(tensor, where, source)
+        if consume:
+            tensor.ClearField("raw_data")
     declared = {vi.name: _ttype(vi.type, vi.name, source) for vi in g.input if vi.name not in ctx.consts}
     bound = bind_inputs({name: t.shape for name, t in declared.items()}, input_shapes, batch_size, source)
     for name, ttype in declared.items():
@@ -696,13 +717,15 @@ def _import_proto(proto: Any, source: str, batch_size: int | None, input_shapes:
             continue
         if node.op_type not in IMPORTERS and node.op_type not in _FOLD_ONLY:
             unsupported.setdefault(node.op_type, []).append(node.name)
+    for index, node in enumerate(g.node):
+        if not node.name:
+            node.name = f"{node.op_type.lower()}_{index}"
+    _check_graph_structure(g, source)
     if unsupported:
         listed = "; ".join(f"{op} (nodes {', '.join(repr(n) for n in names[:3])}{'...' if len(names) > 3 else ''})"
                            for op, names in sorted(unsupported.items()))
         raise UnsupportedError(f"{source}: unsupported ONNX op(s): {listed}. Supported: {', '.join(supported_ops())}")
-    for index, node in enumerate(g.node):
-        if not node.name:
-            node.name = f"{node.op_type.lower()}_{index}"
+    for node in g.node:
         try:
             _import_node(ctx, g, node, source)
         except (UnsupportedError, InvalidInputError) as exc:
@@ -738,9 +761,69 @@ def _with_shape_hint(exc: QccError, ctx: _Ctx, node: Any, bound: BoundShapes) ->
     return type(exc)(f"{exc}; {hint}")
 
 
+def _check_graph_structure(g: Any, source: str) -> None:
+    """What ONNX's checker requires and the importer relies on: one producer per tensor (not a
+    graph input or initializer), at least one output and one node. Linear in the graph's size."""
+    if not len(g.output):
+        raise InvalidInputError(f"{source}: the graph has no outputs: nothing to compile")
+    if not len(g.node):
+        raise InvalidInputError(f"{source}: the graph has no nodes: nothing to compile")
+    defined = {t.name: "an initializer" for t in g.initializer}
+    defined.update({vi.name: "a graph input" for vi in g.input if vi.name not in defined})
+    for node in g.node:
+        for name in node.output:
+            if not name:
+                continue
+            if name in defined:
+                raise InvalidInputError(f"{source}: node {node.name!r} ({node.op_type}) writes {name!r}, which "
+                                        f"{defined[name]} already defines (each tensor has one producer)")
+            defined[name] = f"node {node.name!r} ({node.op_type})"
+
+
+_SCHEMAS: dict[tuple[str, int], Any] = {}
+
+
+def _check_attributes(node: Any, opset: int, source: str) -> None:
+    """Attributes by ONNX's own schema for the op and opset: known names, declared types.
+
+    A string where ints are expected would otherwise be read as its bytes (Transpose perm="ab"
+    is perm [97, 98]); an attribute the op does not have would be ignored.
+    """
+    from onnx import defs
+
+    key = (node.op_type, opset)
+    if key not in _SCHEMAS:
+        try:
+            _SCHEMAS[key] = defs.get_schema(node.op_type, opset, "")
+        except defs.SchemaError:
+            _SCHEMAS[key] = None
+    schema = _SCHEMAS[key]
+    if schema is None:
+        return
+    for attribute in node.attribute:
+        spec = schema.attributes.get(attribute.name)
+        where = f"{source}: node {node.name!r} ({node.op_type})"
+        if spec is None:
+            raise InvalidInputError(f"{where} has attribute {attribute.name!r}, which {node.op_type} (opset {opset}) "
+                                    f"does not define (it has: {', '.join(sorted(schema.attributes)) or 'none'})")
+        if attribute.type != int(spec.type.value):
+            raise InvalidInputError(f"{where}: attribute {attribute.name!r} is {_attr_type(attribute.type)}, "
+                                    f"{node.op_type} takes {_attr_type(int(spec.type.value))}")
+
+
+def _attr_type(code: int) -> str:
+    from onnx import AttributeProto
+
+    try:
+        return str(AttributeProto.AttributeType.Name(code)).lower()
+    except ValueError:
+        return f"type {code}"
+
+
 def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
     from onnx import helper
 
+    _check_attributes(node, ctx.opset, source)
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if _fold(ctx, node, attrs):
         return

@@ -170,6 +170,12 @@ def to_array(tensor: Any, where: str, source: str) -> np.ndarray:
         if code == BFLOAT16:
             bits = _bits(tensor, count, np.uint16, where, source)
             return (bits.astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        if code == BOOL:  # one byte per value; anything but 0 and 1 is not a bool (readers disagree on it)
+            bits = _bits(tensor, count, np.uint8, where, source)
+            if bits.size and int(bits.max()) > 1:
+                raise InvalidInputError(f"{source}: {where} is bool but holds byte value {int(bits.max())} "
+                                        "(only 0 and 1 are booleans)")
+            return bits.astype(bool).reshape(shape)
         if code in FLOAT8:
             bits = _bits(tensor, count, np.uint8, where, source)
             return _float8_table(code)[bits].reshape(shape)

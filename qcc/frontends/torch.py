@@ -10,16 +10,19 @@ the rest of qcc works and only this frontend fails, saying how to install it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError
+from qcc.errors import InvalidInputError, QccError, UnsupportedError, UsageError, one_line
 from qcc.frontends.input_shapes import BoundShapes, ShapeSpec
+from qcc.io import require_regular_file
 from qcc.ir.core import Model
 
 INSTALL_HINT = "pip install 'qcc[torch]'"
@@ -62,13 +65,13 @@ def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = N
     """Import a program saved with `torch.export.save`."""
     from qcc.frontends.pt2_safety import check_pt2, drop_guards, weights_only_loading
 
-    torch = import_torch()
     source = Path(path)
-    if not source.is_file():
-        raise InvalidInputError(f"{source}: no such file")
+    require_regular_file(source, "model")
+    torch = import_torch()
     check_pt2(source)  # torch.export.load trusts its input: see pt2_safety
+    logged: list[BaseException] = []
     try:
-        with weights_only_loading(torch):
+        with weights_only_loading(torch), _torch_log_captured(logged):
             program = torch.export.load(str(source))
     except QccError as exc:
         raise InvalidInputError(f"{source}: {exc}") from None
@@ -76,11 +79,54 @@ def load_pt2(path: str | os.PathLike[str], input_names: Sequence[str] | None = N
         raise InvalidInputError(f"{source}: holds pickled objects other than tensors; refused (qcc loads "
                                 ".pt2 files with weights only)") from None
     except Exception as exc:
+        cause = _root_cause(logged[-1]) if logged else exc  # torch logs the real error and raises a vague one
         raise InvalidInputError(f"{source}: not a loadable torch.export program: "
-                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
+                                f"{type(cause).__name__}: {one_line(str(cause))[:300]}") from None
     drop_guards(program)
     return load_exported(program, input_names=input_names, batch_size=batch_size, source=str(source),
                          graph_name=source.stem, input_shapes=input_shapes)
+
+
+class _Capture(logging.Handler):
+    def __init__(self, sink: list[BaseException]) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.sink.append(record.exc_info[1])
+
+
+@contextlib.contextmanager
+def _torch_log_captured(sink: list[BaseException]) -> Iterator[None]:
+    """Keep torch's own log lines (a multi-line traceback on a bad file) off stderr; collect their errors.
+
+    torch gives several of its loggers a stderr handler of their own (propagate off), so each
+    torch logger's handlers are swapped for the collector while the file loads. qcc reports the
+    failure itself, in one line; with --debug nothing is hidden.
+    """
+    if logging.getLogger("qcc").isEnabledFor(logging.DEBUG) or logging.getLogger().isEnabledFor(logging.DEBUG):
+        yield
+        return
+    capture = _Capture(sink)
+    loggers = [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
+               if name == "torch" or name.startswith("torch.")]
+    saved = [(logger, logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [capture], False
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
 
 
 def load_exported(program: Any, input_names: Sequence[str] | None = None, batch_size: int | None = None,

@@ -31,7 +31,7 @@ class Value:
 
     @classmethod
     def constant(cls, name: str, data: np.ndarray) -> Value:
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data, order="C")  # not ascontiguousarray: it turns a scalar into shape (1,)
         return cls(name, TensorType(dtype_of(data), tuple(int(d) for d in data.shape)), const=data)
 
     @property

@@ -78,6 +78,9 @@ class Float32:
         return "float32"
 
 
+FRAC_RANGE = (-32, 64)  # fixed-point fractions the verifier accepts (2**-frac stays a normal float32 step)
+
+
 @attrs.frozen
 class FixedPoint:
     """value = int * 2**-frac, signed `bits`-bit integer (nnabla FIXED8/FIXED16).

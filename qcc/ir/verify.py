@@ -10,7 +10,7 @@ import numpy as np
 from qcc.errors import InvalidInputError, VerificationError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.registry import get_schema, has_op
-from qcc.ir.types import DTYPES, Affine, FixedPoint, Sign, affine_bounds
+from qcc.ir.types import DTYPES, FRAC_RANGE, Affine, FixedPoint, Sign, affine_bounds
 
 ModelCheck = Callable[[Model], list[str]]
 _MODEL_CHECKS: dict[str, ModelCheck] = {}
@@ -85,6 +85,8 @@ def verify_graph(graph: Graph) -> list[str]:
             elif index >= len(user.inputs) or user.inputs[index] is not value:
                 problems.append(f"use-list of {value.name!r} points at {user.name!r} input {index}, which is another value")
         problems += _check_quant(value)
+    if not graph.outputs:
+        problems.append(f"graph {graph.name!r} has no outputs")
     for value in graph.outputs:
         if id(value) not in defined:
             problems.append(f"graph output {value.name!r} is not defined in the graph")
@@ -131,7 +133,7 @@ def _check_schema(node: Any, where: str) -> list[str]:
 def _check_quant(value: Value) -> list[str]:
     q = value.quant
     where = f"value {value.name!r}"
-    if isinstance(q, FixedPoint) and not -32 <= q.frac <= 64:
+    if isinstance(q, FixedPoint) and not FRAC_RANGE[0] <= q.frac <= FRAC_RANGE[1]:
         return [f"{where}: fixed-point fraction {q.frac} out of range"]
     if isinstance(q, Affine):
         problems = []

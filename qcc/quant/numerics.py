@@ -71,7 +71,7 @@ def quantize_affine(
     s = _channel_shape(x, np.asarray(scale, dtype=work), axis)
     zp = _channel_shape(x, np.asarray(zero_point, dtype=work), axis)
     lo, hi = AFFINE_DTYPES[dtype]
-    q = np.rint(x / s)
+    q = np.asarray(np.rint(x / s))  # a 0-d input gives a numpy scalar, which cannot be written in place
     q += zp
     np.clip(q, lo, hi, out=q)
     return q.astype(NUMPY_STORAGE.get(dtype, dtype))
@@ -116,7 +116,7 @@ def quantize_fixed(x: np.ndarray, bits: int, frac: int, rounding: str = "half_ev
     x = np.asarray(x)
     work = np.float64 if bits > 24 or x.dtype == np.float64 else np.float32
     t = np.ldexp(np.asarray(x, dtype=work), frac)
-    q = np.rint(t) if rounding == "half_even" else np.trunc(t)
+    q = np.asarray(np.rint(t) if rounding == "half_even" else np.trunc(t))  # 0-d: an array, not a scalar
     np.clip(q, lo, hi, out=q)
     return q.astype(_fixed_storage(bits))
 

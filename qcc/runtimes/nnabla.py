@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,13 @@ class NnablaRuntime(Runtime):
         from nnabla.utils.nnp_graph import NnpLoader
 
         self.path = os.fspath(path)
-        self.loader = NnpLoader(self.path)
+        if self.path.lower().endswith((".nnp", ".nntxt")):
+            self.loader = NnpLoader(self.path)
+        else:  # nnabla picks the reader by extension: `-o model.bin --target nnp` is an .nnp all the same
+            with tempfile.TemporaryDirectory(prefix="qcc-nnabla-") as folder:
+                named = os.path.join(folder, "model.nnp")
+                os.symlink(os.path.abspath(self.path), named)
+                self.loader = NnpLoader(named)
         names = self.loader.get_network_names()
         if network is not None and network not in names:
             raise InvalidInputError(f"{self.path}: no network {network!r} (networks: {', '.join(names)})")

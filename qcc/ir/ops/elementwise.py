@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from qcc.ir.ops._common import broadcast_shapes
+from qcc.ir.ops._common import broadcast_shapes, norm_axis
 from qcc.ir.registry import AttrSpec, OpDef, register
 from qcc.ir.types import TensorType
 
@@ -227,6 +227,11 @@ class Softmax(OpDef):
     attrs = {"axis": AttrSpec("int", -1)}
 
     @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        norm_axis(attrs["axis"], types[0].rank)
+        return [types[0]]
+
+    @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         shifted, total = _shifted_exp_sum(xs[0], node.attrs["axis"])
         return [(np.exp(shifted) / total).astype(xs[0].dtype)]
@@ -237,6 +242,11 @@ class LogSoftmax(OpDef):
     """log(softmax(x)) along axis, computed as x - max - log(sum(exp(x - max))) to stay finite."""
 
     attrs = {"axis": AttrSpec("int", -1)}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        norm_axis(attrs["axis"], types[0].rank)
+        return [types[0]]
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

@@ -116,7 +116,9 @@ class Flatten(OpDef):
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
         x = types[0]
-        axis = attrs["axis"] % (x.rank + 1) if attrs["axis"] < 0 else attrs["axis"]
+        if not -x.rank <= attrs["axis"] <= x.rank:
+            raise ValueError(f"axis {attrs['axis']} out of range for rank {x.rank}")
+        axis = attrs["axis"] + x.rank if attrs["axis"] < 0 else attrs["axis"]  # ONNX: -1 is the last dim
         head, tail = x.shape[:axis], x.shape[axis:]
         if not all(isinstance(d, int) for d in tail):
             raise ValueError("Flatten: dims after axis must be static")
@@ -126,7 +128,7 @@ class Flatten(OpDef):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        axis = node.attrs["axis"] % (x.ndim + 1) if node.attrs["axis"] < 0 else node.attrs["axis"]
+        axis = node.attrs["axis"] + x.ndim if node.attrs["axis"] < 0 else node.attrs["axis"]
         return [x.reshape(prod(x.shape[:axis]), -1)]
 
 

@@ -103,7 +103,8 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
                          f"{numel(out)} * sizeof({lw.ctype(out).name}));")
             continue
         if step.alias:
-            lines.append(f"    /* {comment_text(node.name)} ({node.op}): view of {comment_text(node.input(0).name)} */")
+            what = "computed by the kernel of" if step.fused else "view of"
+            lines.append(f"    /* {comment_text(node.name)} ({node.op}): {what} {comment_text(node.input(0).name)} */")
             continue
         lines.append(f"    /* {comment_text(node.name)} ({node.op}) -> {node.outputs[0].quant or 'float32'} */")
         lines += [call(c, node) for c in step.calls]

@@ -155,9 +155,30 @@ typedef struct {
 } qcc_perm_t;
 """, ()),
     "conv_t": ("""
-#define QCC_CHUNK 32 /* output positions per row chunk (stack accumulators) */
-#define QCC_NARROW 8 /* chunk length for maps of at most this width */
-#define QCC_SPAN 32 /* widest (kw - 1) * dilation served by the zero-padded row buffer */
+/* Convolution and Dense tiling (kernels/conv.py). QCC_OB is the packed weights' block width and
+   must not change; QCC_PB (2, 4, 6 or 8 output positions per tile: the micro-kernel keeps QCC_PB x
+   QCC_OB sums in registers) follows the vector registers the compiler may use; the others may be
+   overridden (-D) to trade stack for speed: a tile keeps QCC_OS x QCC_PB sums and a panel of
+   QCC_KC x QCC_PB inputs (at most 10 KB in float with the defaults). */
+#define QCC_OB 16
+#ifndef QCC_PB
+#if defined(__AVX512F__)
+#define QCC_PB 8 /* 8 rows of 16 floats: 8 of the 32 vector registers */
+#elif defined(__AVX__) || defined(__aarch64__)
+#define QCC_PB 6 /* 12 of 16 registers (AVX: 2 per row), 24 of 32 (NEON: 4 per row) */
+#else
+#define QCC_PB 4 /* SSE2 and the rest: 16 registers, 4 per row (measured best on SSE2) */
+#endif
+#endif
+#ifndef QCC_KC
+#define QCC_KC 256
+#endif
+#ifndef QCC_OS
+#define QCC_OS 64
+#endif
+#ifndef QCC_ROW
+#define QCC_ROW 32
+#endif
 
 typedef struct {
     int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;

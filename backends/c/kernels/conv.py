@@ -33,8 +33,8 @@ OB = 16
 """Output channels per packed weight block: the length of the micro-kernel's inner loop."""
 PB = 8
 """Output positions per tile: the micro-kernel's accumulators are PB rows of OB."""
-KC = 256
-"""Taps per panel (the panel is KC x PB elements on the stack)."""
+KC = 128
+"""Taps per float panel (QCC_KC; the panel is KC x OB elements on the stack)."""
 OS = 64
 """Output channels whose sums a tile keeps while its taps are packed (OS x PB accumulators)."""
 ROW = 32
@@ -42,23 +42,6 @@ ROW = 32
 
 
 # ---------------------------------------------------------------- weight layout (compile time)
-
-
-def pack_conv_weights(w: np.ndarray, group: int, channel_major: bool = False) -> np.ndarray:
-    """OIHW weights -> per group, blocks of OB output channels, each `[k][OB]`.
-
-    k runs over (ky, kx, input channel) (tap-major, what the float and affine panels hold), or
-    with `channel_major` over (input channel, ky, kx) (fixed point sums channel by channel).
-    """
-    o, cg, kh, kw = w.shape
-    og = o // group
-    blocks = -(-og // OB)
-    per = w.reshape(group, og, cg, kh, kw)
-    per = per.reshape(group, og, cg * kh * kw) if channel_major else \
-        per.transpose(0, 1, 3, 4, 2).reshape(group, og, kh * kw * cg)
-    padded = np.zeros((group, blocks * OB, per.shape[2]), dtype=w.dtype)
-    padded[:, :og] = per
-    return padded.reshape(group, blocks, OB, -1).transpose(0, 1, 3, 2).reshape(-1)
 
 
 def pack_dense_weights(w: np.ndarray) -> np.ndarray:
@@ -89,11 +72,17 @@ class Epilogue:
     channel: str
     element: str
     helpers: tuple[str, ...] = ()
+    post: str = ""
+    """Statements on `r` that do not vectorize (a table lookup), run where the value is stored."""
 
     def then(self, suffix: str, params: tuple[str, ...], channel: str, element: str,
              helpers: tuple[str, ...] = ()) -> Epilogue:
         return Epilogue(self.suffix + suffix, self.params + params, self.channel + channel,
-                        self.element + element, self.helpers + helpers)
+                        self.element + element, self.helpers + helpers, self.post)
+
+    @property
+    def full(self) -> str:
+        return self.element + self.post
 
 
 def float_epilogue() -> Epilogue:
@@ -124,7 +113,8 @@ def affine_epilogue(y: CType) -> Epilogue:
 
 def with_table(ep: Epilogue, x: CType, y: CType) -> Epilogue:
     """An affine one-input op's lookup table applied to the requantized value."""
-    return ep.then(f"_t{y.suffix}", (f"const {y.name} *tab",), "", f"r = tab[r - ({x.lo})];\n")
+    return attrs.evolve(ep, suffix=f"{ep.suffix}_t{y.suffix}", params=(*ep.params, f"const {y.name} *tab"),
+                        post=f"{ep.post}r = tab[r - ({x.lo})];\n")
 
 
 def fixed_epilogue(y: CType) -> Epilogue:
@@ -142,33 +132,101 @@ def with_fixed_relu(ep: Epilogue, y: CType) -> Epilogue:
 # ---------------------------------------------------------------- shared pieces
 
 
-def _tile_params(ks: KernelSet) -> None:
-    ks.helper("conv_t")
-
-
 def _indent(text: str, spaces: int) -> str:
     pad = " " * spaces
     return "".join(pad + line + "\n" if line else "\n" for line in text.splitlines())
 
 
-def pack(ks: KernelSet, x: CType, panel: str, centered: bool) -> str:
-    """The panel of one tile: taps (ky, kx, input channel) k0 .. k0 + kc - 1, PB positions each.
+def _short(ctype: str) -> str:
+    return {"float": "f32", "int8_t": "i8", "int16_t": "i16", "uint8_t": "u8", "int32_t": "i32"}[ctype]
 
-    Per tap the positions' offsets are computed once and serve every input channel: a run of PB
-    consecutive inputs (stride 1, inside the map) is a fixed-length copy; `centered` stores x - zx
-    (affine: the padding is then 0, the real zero)."""
-    name = f"qcc_pack_{x.suffix}{'_c' if centered else ''}"
-    value = "(int16_t)((int32_t)xc[J] - zx)" if centered else "xc[J]"
 
-    def load(index: str) -> str:
-        return value.replace("J", index)
+ROWS = (2, 4, 8)
+"""The QCC_PB values the micro-kernels are written for (helpers picks one per instruction set):
+divisors of WB."""
+WB = 8
+"""Output channels per block of the float convolution's weights (`pack_conv_weights`)."""
+FB = 8
+"""Output channels the fixed-point kernel computes at once (QCC_FB)."""
 
-    extra = ", int32_t zx" if centered else ""
+
+def _per_rows(body: Callable[[int], str]) -> str:
+    """One function body per supported QCC_PB, selected by the preprocessor."""
+    parts = [f"#{'if' if i == 0 else 'elif'} QCC_PB == {pb}\n{body(pb)}" for i, pb in enumerate(ROWS)]
+    return "".join(parts) + "#else\n#error \"QCC_PB must be one of " + ", ".join(map(str, ROWS)) + "\"\n#endif\n"
+
+
+def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
+    """acc[q][j] += a[k][q] * b[k][j] for k < kc: QCC_PB rows of QCC_OB accumulators, the inner loop
+    over the QCC_OB columns (one body per supported QCC_PB, chosen by the preprocessor). Row k of
+    `a` starts at a + k * ka (its QCC_PB values are broadcast), row k of `b` at b + k * kb.
+    Convolutions pass their weights (blocks of WB output channels) as `a` and the input (or a panel
+    of it) as `b`. Float multiply-adds are fused when the target has a fast fmaf (QCC_MADD)."""
+    name = f"qcc_tile_{_short(a)}_{_short(b)}"
+    madd = "QCC_MADD(x{q}, bk[j], a{q}[j])" if acc == "float" else "a{q}[j] + x{q} * bk[j]"
+    if acc == "float":
+        ks.helper("madd")
+
+    def body(pb: int) -> str:
+        rs = range(pb)
+        decl = " ".join(f"{acc} a{q}[QCC_OB];" for q in rs)
+        load = "\n".join(f"        a{q}[j] = acc[{q} * QCC_OB + j];" for q in rs)
+        store = "\n".join(f"        acc[{q} * QCC_OB + j] = a{q}[j];" for q in rs)
+        xs = "\n".join(f"        const {acc} x{q} = ak[{q}];" for q in rs)
+        mac = "\n".join(f"            a{q}[j] = {madd.format(q=q)};" for q in rs)
+        return f"""    {decl}
+    long k;
+    int j;
+    for (j = 0; j < QCC_OB; ++j) {{
+{load}
+    }}
+    for (k = 0; k < kc; ++k) {{
+        const {a} *restrict ak = a + k * ka;
+        const {b} *restrict bk = b + k * kb;
+{xs}
+        for (j = 0; j < QCC_OB; ++j) {{
+{mac}
+        }}
+    }}
+    for (j = 0; j < QCC_OB; ++j) {{
+{store}
+    }}
+"""
+    return ks.kernel(name, lambda: f"""
+/* acc[q][j] += a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
+static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc)
+{{
+{_per_rows(body)}}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- float convolution
+
+
+def pack_conv_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """OIHW float weights -> per group, blocks of WB output channels (zero-padded), each `[k][WB]`
+    with k running over (ky, kx, input channel): the order of the panel's rows. The micro-kernel
+    broadcasts QCC_PB consecutive values of a row."""
+    o, cg, kh, kw = w.shape
+    og = o // group
+    blocks = -(-og // WB)
+    per = np.asarray(w).reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, -1)
+    padded = np.zeros((group, blocks * WB, per.shape[2]), dtype=per.dtype)
+    padded[:, :og] = per
+    return padded.reshape(group, blocks, WB, -1).transpose(0, 1, 3, 2).reshape(-1)
+
+
+def pack(ks: KernelSet, x: CType) -> str:
+    """The panel of one tile: taps (ky, kx, input channel) k0 .. k0 + kc - 1, QCC_OB positions each.
+
+    Per tap the positions' offsets are computed once and serve every input channel: positions in
+    one row inside the input are a (strided) fixed-length copy."""
+    name = f"qcc_pack_{x.suffix}"
     return ks.kernel(name, lambda: f"""
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
    with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read 0. */
-static void {name}(const {x.name} *restrict x, {panel} *restrict panel, const qcc_conv_t *restrict p,
-    const int *restrict iy0, const int *restrict ix0, long k0, long kc{extra})
+static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const qcc_conv_t *restrict p,
+    const int *restrict iy0, const int *restrict ix0, long k0, long kc)
 {{
     const int cg = p->c / p->group;
     const long hw = (long)p->h * p->w;
@@ -179,28 +237,35 @@ static void {name}(const {x.name} *restrict x, {panel} *restrict panel, const qc
         const int dy = tap / p->kw * p->dh;
         const int dx = tap % p->kw * p->dw;
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
-        long off[QCC_PB];
+        long off[QCC_OB];
+        int ok[QCC_OB];
         int q, j, inside = 1, run;
-        for (q = 0; q < QCC_PB; ++q) {{
+        for (q = 0; q < QCC_OB; ++q) {{
             const int iy = iy0[q] + dy;
             const int ix = ix0[q] + dx;
-            off[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w ? (long)iy * p->w + ix : -1;
-            inside &= off[q] >= 0;
+            ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+            off[q] = ok[q] ? (long)iy * p->w + ix : 0;
+            inside &= ok[q];
         }}
         run = inside;
-        for (q = 1; q < QCC_PB; ++q) {{
-            run &= off[q] == off[0] + q;
+        for (q = 1; q < QCC_OB; ++q) {{
+            run &= off[q] == off[0] + q * p->sw;
         }}
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (long)(ic + j) * hw;
-            {panel} *restrict pk = panel + (k + j) * QCC_PB;
-            if (run) {{
-                for (q = 0; q < QCC_PB; ++q) {{
-                    pk[q] = {load("off[0] + q")};
+            {x.name} *restrict pk = panel + (k + j) * QCC_OB;
+            if (run && p->sw == 1) {{
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = xc[off[0] + q];
+                }}
+            }} else if (run) {{
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = xc[off[0] + q * p->sw];
                 }}
             }} else {{
-                for (q = 0; q < QCC_PB; ++q) {{
-                    pk[q] = off[q] >= 0 ? {load("off[q]")} : 0;
+                for (q = 0; q < QCC_OB; ++q) {{
+                    const {x.name} v = xc[off[q]];
+                    pk[q] = ok[q] ? v : 0;
                 }}
             }}
         }}
@@ -212,149 +277,385 @@ static void {name}(const {x.name} *restrict x, {panel} *restrict panel, const qc
 """, ("conv_t",))
 
 
-def micro(ks: KernelSet, panel: str, w: CType, acc: str) -> str:
-    """acc[q][o] += panel[k][q] * w[k][o] for every tap k of the panel: QCC_PB rows of OB accumulators,
-    the inner loop over o (one body per supported QCC_PB, chosen by the preprocessor)."""
-    name = f"qcc_tile_{_short(panel)}_{w.suffix}"
-
-    def body(pb: int) -> str:
-        rows = range(pb)
-        decl = " ".join(f"{acc} a{q}[QCC_OB];" for q in rows)
-        load = "\n".join(f"        a{q}[o] = acc[{q} * QCC_OB + o];" for q in rows)
-        store = "\n".join(f"        acc[{q} * QCC_OB + o] = a{q}[o];" for q in rows)
-        xs = "\n".join(f"        const {acc} x{q} = pk[{q}];" for q in rows)
-        mac = "\n".join(f"            a{q}[o] += x{q} * wk[o];" for q in rows)
-        return f"""    {decl}
-    long k;
-    int o;
-    for (o = 0; o < QCC_OB; ++o) {{
-{load}
-    }}
-    for (k = 0; k < kc; ++k) {{
-        const {panel} *restrict pk = panel + k * QCC_PB;
-        const {w.name} *restrict wk = w + k * QCC_OB;
-{xs}
-        for (o = 0; o < QCC_OB; ++o) {{
-{mac}
-        }}
-    }}
-    for (o = 0; o < QCC_OB; ++o) {{
-{store}
-    }}
-"""
+def conv_float(ks: KernelSet, ep: Epilogue) -> str:
+    """Tiles of QCC_OB output positions (flattened over the map) by QCC_PB output channels: the
+    micro-kernel broadcasts weights (`pack_conv_weights`) over a panel of the tile's taps, QCC_KC
+    at a time, and the epilogue runs along the positions. A 1x1 convolution with stride 1 and no
+    padding reads the input rows themselves (no panel); its last block overlaps the one before
+    when the map is not a multiple of QCC_OB (it writes the same values)."""
+    name = f"qcc_conv_f32{ep.suffix}"
+    packer = pack(ks, FLOAT)
+    tile = micro(ks, "float", "float", "float")
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
     return ks.kernel(name, lambda: f"""
-/* acc[q][o] += panel[k][q] * w[k][o]: the accumulators in registers, a fixed-length inner loop. */
-static void {name}(const {panel} *restrict panel, const {w.name} *restrict w, long kc, {acc} *restrict acc)
+static void {name}(const float *restrict x, const float *restrict w, const float *restrict b, float *restrict y,
+    const qcc_conv_t *restrict p{params})
 {{
-{_per_rows(body)}}}
-""", ("conv_t",))
-
-
-ROWS = (2, 3, 4, 6, 8)
-"""The QCC_PB values the micro-kernels are written for (helpers picks one per instruction set)."""
-
-
-def _per_rows(body: Callable[[int], str]) -> str:
-    """One function body per supported QCC_PB, selected by the preprocessor."""
-    parts = [f"#{'if' if i == 0 else 'elif'} QCC_PB == {pb}\n{body(pb)}" for i, pb in enumerate(ROWS)]
-    return "".join(parts) + "#else\n#error \"QCC_PB must be one of " + ", ".join(map(str, ROWS)) + "\"\n#endif\n"
-
-
-def _short(ctype: str) -> str:
-    return {"float": "f32", "int8_t": "i8", "int16_t": "i16", "uint8_t": "u8", "int32_t": "i32"}[ctype]
-
-
-def _tiles(prologue: str, body: str) -> str:
-    """The tile walk every packed convolution shares: batch, group, output-channel superblock of
-    QCC_OS channels, tile of QCC_PB flattened output positions (iy0/ix0: each position's window
-    corner, far outside for positions past the map); `body` fills `part` and stores the tile."""
-    return f"""{{
     const int cg = p->c / p->group;
     const int og = p->o / p->group;
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
-    const int nob = (og + QCC_OB - 1) / QCC_OB;
-    int iy0[QCC_PB], ix0[QCC_PB];
-    int n, g, ob0, q, j, o;
-    long p0;
-{prologue}    for (n = 0; n < p->n; ++n) {{
+    const int blocks = (og + QCC_WB - 1) / QCC_WB;
+    const int direct = kk == cg && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
+                       p->oh == p->h && p->ow == p->w;
+    float panel[QCC_KC * QCC_OB];
+    float part[QCC_OS * QCC_OB];
+    int iy0[QCC_OB], ix0[QCC_OB];
+    int n, g, ob0, q, o, j;
+    long p0, k0;
+    /* weights of output channels ob0 + o .. (a multiple of QCC_PB inside their block of QCC_WB), tap k */
+#define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
+    for (n = 0; n < p->n; ++n) {{
         for (g = 0; g < p->group; ++g) {{
-            const long xoff = ((long)n * p->c + (long)g * cg) * p->h * p->w;
-            for (ob0 = 0; ob0 < nob; ob0 += QCC_OS / QCC_OB) {{
-                const int nb = nob - ob0 < QCC_OS / QCC_OB ? nob - ob0 : QCC_OS / QCC_OB;
-                for (p0 = 0; p0 < npix; p0 += QCC_PB) {{
-                    const int pn = npix - p0 < QCC_PB ? (int)(npix - p0) : QCC_PB;
-                    for (q = 0; q < QCC_PB; ++q) {{
-                        const long pq = p0 + q;
-                        iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
-                        ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+            const float *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            const float *restrict wg = w + (long)g * blocks * QCC_WB * kk;
+            for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                for (p0 = 0; p0 < npix; p0 += QCC_OB) {{
+                    int pn = QCC_OB;
+                    if (p0 + QCC_OB > npix) {{
+                        if (direct && npix >= QCC_OB) {{
+                            p0 = npix - QCC_OB;
+                        }} else {{
+                            pn = (int)(npix - p0);
+                        }}
                     }}
-{_indent(body, 20)}                }}
+                    for (j = 0; j < nb * QCC_OB; ++j) {{
+                        part[j] = 0.0f;
+                    }}
+                    if (direct && pn == QCC_OB) {{
+                        for (o = 0; o < nb; o += QCC_PB) {{
+                            {tile}(WROW(0), QCC_WB, xg + p0, npix, kk, part + o * QCC_OB);
+                        }}
+                    }} else {{
+                        for (q = 0; q < QCC_OB; ++q) {{
+                            const long pq = p0 + q;
+                            iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
+                            ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+                        }}
+                        for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
+                            const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
+                            {packer}(xg, panel, p, iy0, ix0, k0, kc);
+                            for (o = 0; o < nb; o += QCC_PB) {{
+                                {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
+                            }}
+                        }}
+                    }}
+                    for (o = 0; o < nb; ++o) {{
+                        const int oc = g * og + ob0 + o;
+                        float *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
+                        float out[QCC_OB];
+{_indent(ep.channel, 24)}                        for (j = 0; j < QCC_OB; ++j) {{
+                            const float v = part[o * QCC_OB + j];
+{_indent(ep.full, 28)}                            out[j] = r;
+                        }}
+                        for (j = 0; j < pn; ++j) {{
+                            yo[j] = out[j];
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+#undef WROW
+}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- affine convolution: dot products
+
+
+DOT_MR = 4
+"""Output channels per affine micro-kernel call (the weights' rows are padded to a multiple)."""
+DOT_NR = 2
+"""Output positions per affine tile."""
+DOT_KA = 16
+"""The affine panel's rows and the weights' rows are padded to a multiple of this many taps."""
+
+
+def pack_affine_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """Centered OIHW (or Dense's transposed (M, K) as (M, K, 1, 1)) weights -> per group, rows of
+    DOT_MR-padded output channels, each tap-major (ky, kx, input channel) and zero-padded to a
+    multiple of DOT_KA taps: the dot products' contiguous operand."""
+    o, cg, kh, kw = w.shape
+    og = o // group
+    rows = -(-og // DOT_MR) * DOT_MR
+    taps = kh * kw * cg
+    kp = -(-taps // DOT_KA) * DOT_KA
+    per = w.reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, taps)
+    out = np.zeros((group, rows, kp), dtype=w.dtype)
+    out[:, :og, :taps] = per
+    return out.reshape(-1)
+
+
+def dot_micro(ks: KernelSet, w: CType) -> str:
+    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums of int16 products, the
+    reduction over k innermost (what compilers turn into pmaddwd / vpdpwssd, SMLAD on Cortex-M)."""
+    name = f"qcc_dot_i16_{w.suffix}"
+    rows, cols = range(DOT_MR), range(DOT_NR)
+    panels = "\n".join(f"    const int16_t *restrict x{q} = panel + {q} * ldx;" for q in cols)
+    weights = "\n".join(f"    const {w.name} *restrict w{o} = w + {o} * ldw;" for o in rows)
+    decl = "\n".join(f"    int32_t {', '.join(f's{o}{q} = 0' for q in cols)};" for o in rows)
+    loads = "\n".join(f"        const int32_t a{q} = x{q}[k];" for q in cols) + "\n" + \
+        "\n".join(f"        const int32_t b{o} = w{o}[k];" for o in rows)
+    macs = "\n".join(f"        {' '.join(f's{o}{q} += b{o} * a{q};' for q in cols)}" for o in rows)
+    store = "\n".join(f"    out[{o} * QCC_PT + {q}] += s{o}{q};" for o in rows for q in cols)
+    return ks.kernel(name, lambda: f"""
+/* out[o * QCC_PT + q] += dot(w row o, panel row q) over kc taps (a multiple of {DOT_KA}). */
+static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *restrict w, long ldw, long kc,
+    int32_t *restrict out)
+{{
+{panels}
+{weights}
+{decl}
+    long k;
+    for (k = 0; k < kc; ++k) {{
+{loads}
+{macs}
+    }}
+{store}
+}}
+""")
+
+
+def _pack_rows(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_packr_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* panel[q][k] = x - zx at tap k (k0 <= k < k0 + kc, (ky, kx, input channel) order) of output
+   position q < QCC_PT; 0 outside the input (read at offset 0 and masked: no branch in the loop) and
+   for kc <= k < kcp. */
+static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qcc_conv_t *restrict p,
+    const int *restrict iy0, const int *restrict ix0, long k0, long kc, long kcp, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    int tap = (int)(k0 / cg);
+    int ic = (int)(k0 % cg);
+    long k = 0, j;
+    int q;
+    while (k < kc) {{
+        const int dy = tap / p->kw * p->dh;
+        const int dx = tap % p->kw * p->dw;
+        const long n = cg - ic < kc - k ? cg - ic : kc - k;
+        long off[QCC_PT];
+        int32_t mask[QCC_PT];
+        for (q = 0; q < QCC_PT; ++q) {{
+            const int iy = iy0[q] + dy;
+            const int ix = ix0[q] + dx;
+            const int inside = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+            off[q] = inside ? (long)iy * p->w + ix : 0;
+            mask[q] = inside ? -1 : 0;
+        }}
+        for (j = 0; j < n; ++j) {{
+            const {x.name} *restrict xc = x + (ic + j) * hw;
+            for (q = 0; q < QCC_PT; ++q) {{
+                panel[q * kcp + k + j] = (int16_t)(((int32_t)xc[off[q]] - zx) & mask[q]);
+            }}
+        }}
+        k += n;
+        ic = 0;
+        ++tap;
+    }}
+    for (q = 0; q < QCC_PT; ++q) {{
+        for (j = kc; j < kcp; ++j) {{
+            panel[q * kcp + j] = 0;
+        }}
+    }}
+}}
+""", ("conv_t",))
+
+
+def _band_rows(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_band_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* The input rows output row oy reads, each transposed to [column][input channel] (x - zx; 0 in the
+   padding) in band slot ((iy mod kh) with dilation 1, so rows shared with the previous output row
+   are kept; else ky). held[slot] is the row a slot holds. */
+static void {name}(const {x.name} *restrict x, int16_t *restrict band, int *restrict held,
+    const qcc_conv_t *restrict p, int oy, long wb, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    const int lo = p->pw < wb ? p->pw : (int)wb;
+    const int hi = p->pw + p->w < wb ? p->pw + p->w : (int)wb;
+    int ky, ic;
+    long b;
+    for (ky = 0; ky < p->kh; ++ky) {{
+        const int iy = oy * p->sh - p->ph + ky * p->dh;
+        const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
+        int16_t *restrict row = band + slot * wb * cg;
+        if (held[slot] == iy) {{
+            continue;
+        }}
+        held[slot] = iy;
+        if (iy < 0 || iy >= p->h) {{
+            for (b = 0; b < wb * cg; ++b) {{
+                row[b] = 0;
+            }}
+            continue;
+        }}
+        for (b = 0; b < (long)lo * cg; ++b) {{
+            row[b] = 0;
+        }}
+        for (b = (long)hi * cg; b < wb * cg; ++b) {{
+            row[b] = 0;
+        }}
+        for (ic = 0; ic < cg; ++ic) {{
+            const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w - p->pw;
+            for (b = lo; b < hi; ++b) {{
+                row[b * cg + ic] = (int16_t)((int32_t)xr[b] - zx);
             }}
         }}
     }}
 }}
-"""
+
+/* panel[q][k] for output positions ox0 + q (q < pn; 0 for pn <= q < QCC_PT) of row oy from the band:
+   runs of input channels, whole kernel rows at once with dilation 1; 0 for kc <= k < kcp. */
+static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel, const qcc_conv_t *restrict p,
+    int oy, int ox0, int pn, long wb, long k0, long kc, long kcp)
+{{
+    const int cg = p->c / p->group;
+    int q;
+    long j;
+    for (q = 0; q < QCC_PT; ++q) {{
+        int16_t *restrict out = panel + q * kcp;
+        int tap = (int)(k0 / cg);
+        int ic = (int)(k0 % cg);
+        long k = 0;
+        if (q >= pn) {{
+            for (j = 0; j < kcp; ++j) {{
+                out[j] = 0;
+            }}
+            continue;
+        }}
+        while (k < kc) {{
+            const int ky = tap / p->kw;
+            const int kx = tap % p->kw;
+            const int iy = oy * p->sh - p->ph + ky * p->dh;
+            const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
+            const int16_t *restrict src = band + (slot * wb + (long)(ox0 + q) * p->sw + (long)kx * p->dw) * cg + ic;
+            const long run = (p->dw == 1 ? (long)(p->kw - kx) * cg : cg) - ic;
+            const long n = run < kc - k ? run : kc - k;
+            for (j = 0; j < n; ++j) {{
+                out[k + j] = src[j];
+            }}
+            k += n;
+            tap += (int)((ic + n) / cg);
+            ic = (int)((ic + n) % cg);
+        }}
+        for (j = kc; j < kcp; ++j) {{
+            out[j] = 0;
+        }}
+    }}
+}}
+""", ("conv_t",))
 
 
-def _store(ep: Epilogue, y: CType, part: str) -> str:
-    """The epilogue over one tile: per output channel its parameters, per position its value."""
-    return f"""for (j = 0; j < nb; ++j) {{
-    for (o = 0; o < QCC_OB && (ob0 + j) * QCC_OB + o < og; ++o) {{
-        const int oc = g * og + (ob0 + j) * QCC_OB + o;
-        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
-{_indent(ep.channel, 8)}        for (q = 0; q < pn; ++q) {{
-            const {part} v = part[(j * QCC_PB + q) * QCC_OB + o];
-{_indent(ep.element, 12)}            yo[q] = ({y.name})r;
+def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+    """Sums of (x - zx) * w as dot products: per tile of QCC_PT output positions the taps are
+    copied (centered, int16) into rows, QCC_KCI at a time, and every QCC_MR output channels take
+    their dot products with every QCC_NR rows; the bias and requantization in the epilogue, a
+    fixed-length loop per output channel. Weights: `pack_affine_weights`.
+
+    Kernels wider than one tap whose input rows fit QCC_BAND elements copy each input row once,
+    transposed (a band of kh rows, reused by the next output row), and fill the rows from it with
+    runs of input channels; the rest gather the taps from the input."""
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}"
+    packer = _pack_rows(ks, x)
+    bander = _band_rows(ks, x)
+    dot = dot_micro(ks, w)
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
+    tile = f"""{{
+    const int pairs = (pn + QCC_NR - 1) / QCC_NR;
+    for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
+        part[j] = 0;
+    }}
+    for (k0 = 0; k0 < kk; k0 += QCC_KCI) {{
+        const long kc = kk - k0 < QCC_KCI ? kk - k0 : QCC_KCI;
+        const long kcp = (kc + QCC_KA - 1) / QCC_KA * QCC_KA;
+        PACK;
+        for (o = 0; o < nb; o += QCC_MR) {{
+            const {w.name} *restrict wo = w + ((long)g * rows + ob0 + o) * kp + k0;
+            for (q = 0; q < pairs; ++q) {{
+                {dot}(panel + (long)q * QCC_NR * kcp, kcp, wo, kp, kcp, part + (long)o * QCC_PT + q * QCC_NR);
+            }}
+        }}
+    }}
+    for (o = 0; o < nb; ++o) {{
+        const int oc = g * og + ob0 + o;
+        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + P0;
+        int32_t out[QCC_PT];
+{_indent(ep.channel, 8)}        for (q = 0; q < QCC_PT; ++q) {{
+            const int32_t v = part[o * QCC_PT + q];
+{_indent(ep.element, 12)}            out[q] = r;
+        }}
+        for (q = 0; q < pn; ++q) {{
+            int32_t r = out[q];
+{_indent(ep.post, 12)}            yo[q] = ({y.name})r;
         }}
     }}
 }}
 """
-
-
-# ---------------------------------------------------------------- float and affine convolution
-
-
-def conv_float(ks: KernelSet, ep: Epilogue) -> str:
-    return _conv_mac(ks, FLOAT, FLOAT, FLOAT, ep, f"qcc_conv_f32{ep.suffix}", "float", "float", "")
-
-
-def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
-    """Sums of (x - zx) * w (int16 panel, int32 accumulators); the bias and requantization in the epilogue."""
-    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}"
-    return _conv_mac(ks, x, w, y, ep, name, "int16_t", "int32_t", ", int32_t zx, const int32_t *restrict bias, "
-                     "const int32_t *restrict mult, const int32_t *restrict shift")
-
-
-def _conv_mac(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str, panel: str, acc: str,
-              extra: str) -> str:
-    centered = x.affine is not None
-    packer = pack(ks, x, panel, centered)
-    tile = micro(ks, panel, w, acc)
-    for helper in ep.helpers:
-        ks.helper(helper)
-    bias = "" if centered else f", const {y.name} *restrict b"
-    params = "".join(f", {p}" for p in ep.params)
-    zero = "0.0f" if acc == "float" else "0"
-    body = f"""for (j = 0; j < nb * QCC_PB * QCC_OB; ++j) {{
-    part[j] = {zero};
-}}
-for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
-    const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-    {packer}(x + xoff, panel, p, iy0, ix0, k0, kc{', zx' if centered else ''});
-    for (j = 0; j < nb; ++j) {{
-        {tile}(panel, w + ((long)(g * nob + ob0 + j) * kk + k0) * QCC_OB, kc, part + j * QCC_PB * QCC_OB);
+    gather = tile.replace("PACK", f"{packer}(x + xoff, panel, p, iy0, ix0, k0, kc, kcp, zx)").replace("P0", "p0")
+    banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
+        .replace("P0", "(long)oy * p->ow + ox0")
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.name} *restrict y,
+    const qcc_conv_t *restrict p, int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult,
+    const int32_t *restrict shift{params})
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const int rows = (og + QCC_MR - 1) / QCC_MR * QCC_MR;
+    const long npix = (long)p->oh * p->ow;
+    const long kk = (long)cg * p->kh * p->kw;
+    const long kp = (kk + QCC_KA - 1) / QCC_KA * QCC_KA;
+    const long wb = (long)(p->ow - 1) * p->sw + (long)(p->kw - 1) * p->dw + 1;
+    const int use_band = p->kh * p->kw > 1 && p->kh <= QCC_RING && (long)p->kh * wb * cg <= QCC_BAND;
+    int16_t panel[QCC_PT * QCC_KCI];
+    int16_t band[QCC_BAND > 0 ? QCC_BAND : 1];
+    int held[QCC_RING];
+    int32_t part[QCC_OS * QCC_PT];
+    int iy0[QCC_PT], ix0[QCC_PT];
+    int n, g, ob0, q, o, oy, ox0;
+    long p0, k0, j;
+    for (n = 0; n < p->n; ++n) {{
+        for (g = 0; g < p->group; ++g) {{
+            const long xoff = ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            if (use_band) {{
+                for (q = 0; q < QCC_RING; ++q) {{
+                    held[q] = -(1 << 30);
+                }}
+                for (oy = 0; oy < p->oh; ++oy) {{
+                    {bander}(x + xoff, band, held, p, oy, wb, zx);
+                    for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                        const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                        for (ox0 = 0; ox0 < p->ow; ox0 += QCC_PT) {{
+                            const int pn = p->ow - ox0 < QCC_PT ? p->ow - ox0 : QCC_PT;
+{_indent(banded, 28)}                        }}
+                    }}
+                }}
+                continue;
+            }}
+            for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                for (p0 = 0; p0 < npix; p0 += QCC_PT) {{
+                    const int pn = npix - p0 < QCC_PT ? (int)(npix - p0) : QCC_PT;
+                    for (q = 0; q < QCC_PT; ++q) {{
+                        const long pq = p0 + q;
+                        iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
+                        ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+                    }}
+{_indent(gather, 20)}                }}
+            }}
+        }}
     }}
 }}
-""" + _store(ep, y, acc)
-    prologue = f"""    {panel} panel[QCC_KC * QCC_PB];
-    {acc} part[QCC_OS * QCC_PB];
-    long k0;
-"""
-    return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
-    const qcc_conv_t *restrict p{extra}{params})
-""" + _tiles(prologue, body), ("conv_t",))
+""", ("conv_t",))
 
 
 # ---------------------------------------------------------------- fixed-point convolution
@@ -368,129 +669,140 @@ def fixed_sum_type(x: CType, w: CType, y: CType, taps: int, shift: int) -> str:
 
 
 def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, taps: int, shift: int) -> str:
-    """nnabla-c-runtime's convolution (qcc.sim.fixed.conv_kernel) on channel-major panels: per input
-    channel the exact sum of its taps, truncated toward zero by 2^shift (`upscale`: multiplied by
-    2^-shift), added to the running total saturated to the output type; then the epilogue."""
+    """nnabla-c-runtime's convolution (qcc.sim.fixed.conv_kernel): per input channel the exact sum of
+    its taps, truncated toward zero by 2^shift (a negative shift multiplies), added to the running
+    total saturated to the output type; then the epilogue.
+
+    The truncation after every input channel is not associative, so the loops keep the channel
+    order and vectorize along the output row instead: chunks of QCC_CHUNK positions (QCC_NARROW on
+    narrow maps) for QCC_FB output channels at once, the input row read in place (stride 1) or
+    from a zero-padded copy, fixed-length inner loops over the chunk. Weights: OIHW as stored."""
     sum_t = fixed_sum_type(x, w, y, taps, shift)
     upscale = shift < 0
-    cap = max(KC, taps)
-    flavour = f"{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}{'' if cap == KC else f'_k{cap}'}"
+    flavour = f"{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}"
     name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{flavour}{ep.suffix}"
-    packer = _pack_channels(ks, x, cap)
-    tile = _micro_fixed(ks, x, w, y, sum_t, upscale)
     for helper in ep.helpers:
         ks.helper(helper)
-    params = "".join(f", {p}" for p in ep.params)
-    body = f"""for (j = 0; j < nb * QCC_PB * QCC_OB; ++j) {{
-    part[j] = 0;
-}}
-for (c0 = 0; c0 < cg; c0 += per) {{
-    const int nc = cg - c0 < per ? cg - c0 : per;
-    {packer}(x + xoff + (long)c0 * p->h * p->w, panel, p, iy0, ix0, nc);
-    for (j = 0; j < nb; ++j) {{
-        {tile}(panel, w + ((long)(g * nob + ob0 + j) * kk + (long)c0 * khw) * QCC_OB, nc, khw,
-            part + j * QCC_PB * QCC_OB, rs, ls);
-    }}
-}}
-""" + _store(ep, y, "int32_t")
-    prologue = f"""    const int khw = p->kh * p->kw;
-    const int per = {cap} / khw;
-    const int rs = shift > 0 ? shift : 0;
-    const int32_t ls = shift < 0 ? (int32_t)1 << -shift : 1;
-    {x.name} panel[{cap} * QCC_PB];
-    int32_t part[QCC_OS * QCC_PB];
-    int c0;
+    unsigned = "uint32_t" if sum_t == "int32_t" else "uint64_t"
+    wide = "int64_t" if upscale or sum_t == "int64_t" else "int32_t"
+    macs = "\n".join(f"                                    s[{q}][j] += xv * w{q};" for q in range(FB))
+    weights = "\n".join(f"                                    const {sum_t} w{q} = wt[{q} * cg * ks];"
+                         for q in range(FB))
+    chunk = f"""                    int32_t total[QCC_FB][CW];
+                    {sum_t} s[QCC_FB][CW];
+                    for (q = 0; q < QCC_FB; ++q) {{
+                        for (j = 0; j < CW; ++j) {{
+                            total[q][j] = 0;
+                            s[q][j] = 0;
+                        }}
+                    }}
+                    for (ic = 0; ic < cg; ++ic) {{
+                        const {x.name} *restrict xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
+                        const {w.name} *restrict wc = w + ((long)o * cg + ic) * ks;
+                        for (ky = 0; ky < p->kh; ++ky) {{
+                            const int iy = iy0 + ky * p->dh;
+                            const {x.name} *restrict xr;
+                            if (iy < 0 || iy >= p->h) {{
+                                continue;
+                            }}
+                            xr = xc + (long)iy * p->w;
+                            if (rowbuf) {{
+                                /* stride 1: the chunk's input row in place when it lies inside the
+                                   row, else a zero-padded copy */
+                                {x.name} rb[CW + QCC_SPAN];
+                                const int lo = c0 - p->pw;
+                                const {x.name} *restrict row = rb;
+                                if (lo >= 0 && lo + CW + span <= p->w) {{
+                                    row = xr + lo;
+                                }} else {{
+                                    for (t = 0; t < CW + span; ++t) {{
+                                        rb[t] = lo + t >= 0 && lo + t < p->w ? xr[lo + t] : 0;
+                                    }}
+                                }}
+                                for (kx = 0; kx < p->kw; ++kx) {{
+                                    const {x.name} *restrict r = row + kx * p->dw;
+                                    const {w.name} *restrict wt = wc + ky * p->kw + kx;
+                                    if (nb == QCC_FB) {{
+{weights}
+                                        for (j = 0; j < CW; ++j) {{
+                                            const {sum_t} xv = r[j];
+{macs}
+                                        }}
+                                    }} else {{
+                                        for (q = 0; q < nb; ++q) {{
+                                            const {sum_t} wq = wt[q * cg * ks];
+                                            for (j = 0; j < CW; ++j) {{
+                                                s[q][j] += ({sum_t})r[j] * wq;
+                                            }}
+                                        }}
+                                    }}
+                                }}
+                                continue;
+                            }}
+                            for (kx = 0; kx < p->kw; ++kx) {{
+                                const int off = kx * p->dw - p->pw;
+                                const {w.name} *restrict wt = wc + ky * p->kw + kx;
+                                int j0 = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
+                                int j1 = off >= p->w ? 0 : (p->w - off + p->sw - 1) / p->sw;
+                                j0 = j0 > c0 ? j0 : c0;
+                                j1 = j1 < c1 ? j1 : c1;
+                                for (q = 0; q < nb; ++q) {{
+                                    const {sum_t} wq = wt[q * cg * ks];
+                                    for (j = j0; j < j1; ++j) {{
+                                        s[q][j - c0] += ({sum_t})xr[j * p->sw + off] * wq;
+                                    }}
+                                }}
+                            }}
+                        }}
+                        for (q = 0; q < nb; ++q) {{
+                            for (j = 0; j < CW; ++j) {{
+                                const {sum_t} v = s[q][j];
+                                const {sum_t} m = ({sum_t})(({unsigned})(v < 0 ? -v : v) >> rs);
+                                const {wide} r = ({wide})(v < 0 ? -m : m){' * ls' if upscale else ''} + total[q][j];
+                                total[q][j] = (int32_t)(r < {y.lo} ? {y.lo} : (r > {y.hi} ? {y.hi} : r));
+                                s[q][j] = 0;
+                            }}
+                        }}
+                    }}
+                    for (q = 0; q < nb; ++q) {{
+                        const int oc = o + q;
+                        {y.name} *restrict yr = y + (((long)n * p->o + oc) * p->oh + oy) * p->ow + c0;
+{_indent(ep.channel, 24)}                        for (j = 0; j < c1 - c0; ++j) {{
+                            const int32_t v = total[q][j];
+{_indent(ep.full, 28)}                            yr[j] = ({y.name})r;
+                        }}
+                    }}
 """
+    params = "".join(f", {p}" for p in ep.params)
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
     {y.name} *restrict y, const qcc_conv_t *restrict p, int shift{params})
-""" + _tiles(prologue, body), ("conv_t",))
-
-
-def _pack_channels(ks: KernelSet, x: CType, cap: int) -> str:
-    name = f"qcc_pack_{x.suffix}_ch"
-    return ks.kernel(name, lambda: f"""
-/* panel[(ic * kh + ky) * kw + kx][q] for input channels 0 .. nc - 1 (channel-major: fixed point
-   sums one channel's taps at a time); outside the input reads 0. */
-static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const qcc_conv_t *restrict p,
-    const int *restrict iy0, const int *restrict ix0, int nc)
 {{
-    const long hw = (long)p->h * p->w;
-    const int khw = p->kh * p->kw;
-    int t, q, ic;
-    for (t = 0; t < khw; ++t) {{
-        const int dy = t / p->kw * p->dh;
-        const int dx = t % p->kw * p->dw;
-        long off[QCC_PB];
-        for (q = 0; q < QCC_PB; ++q) {{
-            const int iy = iy0[q] + dy;
-            const int ix = ix0[q] + dx;
-            off[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w ? (long)iy * p->w + ix : -1;
-        }}
-        for (ic = 0; ic < nc; ++ic) {{
-            const {x.name} *restrict xc = x + ic * hw;
-            {x.name} *restrict pk = panel + ((long)ic * khw + t) * QCC_PB;
-            for (q = 0; q < QCC_PB; ++q) {{
-                pk[q] = off[q] >= 0 ? xc[off[q]] : 0;
+    const int rs = shift > 0 ? shift : 0;
+    const {wide} ls = shift < 0 ? ({wide})1 << -shift : 1;
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const long ks = (long)p->kh * p->kw;
+    const int span = (p->kw - 1) * p->dw;
+    const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
+    int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
+    (void)ls;
+    for (n = 0; n < p->n; ++n) {{
+        for (o = 0; o < p->o; o += nb) {{
+            const int g = o / og;
+            nb = o % og + QCC_FB <= og ? QCC_FB : 1;
+            for (oy = 0; oy < p->oh; ++oy) {{
+                const int iy0 = oy * p->sh - p->ph;
+                for (c0 = 0; c0 < p->ow; c0 += QCC_CHUNK) {{
+                    const int c1 = c0 + QCC_CHUNK < p->ow ? c0 + QCC_CHUNK : p->ow;
+                    if (c1 - c0 <= QCC_NARROW) {{
+{chunk.replace("CW", "QCC_NARROW")}                    }} else {{
+{chunk.replace("CW", "QCC_CHUNK")}                    }}
+                }}
             }}
         }}
     }}
 }}
-""", ("conv_t",))
-
-
-def _micro_fixed(ks: KernelSet, x: CType, w: CType, y: CType, sum_t: str, upscale: bool) -> str:
-    name = f"qcc_tile_{x.suffix}_{w.suffix}_{y.suffix}{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}"
-    unsigned = "uint32_t" if sum_t == "int32_t" else "uint64_t"
-    wide = "int64_t" if upscale or sum_t == "int64_t" else "int32_t"
-    scale = " * ls" if upscale else ""
-
-    def body(pb: int) -> str:
-        rows = range(pb)
-        decl = " ".join(f"int32_t t{q}[QCC_OB]; {sum_t} s{q}[QCC_OB];" for q in rows)
-        load = "\n".join(f"        t{q}[o] = acc[{q} * QCC_OB + o];" for q in rows)
-        store = "\n".join(f"        acc[{q} * QCC_OB + o] = t{q}[o];" for q in rows)
-        clear = "\n".join(f"            s{q}[o] = 0;" for q in rows)
-        xs = "\n".join(f"            const {sum_t} x{q} = pk[{q}];" for q in rows)
-        mac = "\n".join(f"                s{q}[o] += x{q} * wk[o];" for q in rows)
-        flush = "\n".join(f"""            {{
-                const {sum_t} v = s{q}[o];
-                const {sum_t} m = ({sum_t})(({unsigned})(v < 0 ? -v : v) >> rs);
-                const {wide} r = ({wide})(v < 0 ? -m : m){scale} + t{q}[o];
-                t{q}[o] = (int32_t)(r < {y.lo} ? {y.lo} : (r > {y.hi} ? {y.hi} : r));
-            }}""" for q in rows)
-        return f"""    {decl}
-    int ic, t, o;
-    for (o = 0; o < QCC_OB; ++o) {{
-{load}
-    }}
-    for (ic = 0; ic < nc; ++ic) {{
-        for (o = 0; o < QCC_OB; ++o) {{
-{clear}
-        }}
-        for (t = 0; t < khw; ++t) {{
-            const {x.name} *restrict pk = panel + ((long)ic * khw + t) * QCC_PB;
-            const {w.name} *restrict wk = w + ((long)ic * khw + t) * QCC_OB;
-{xs}
-            for (o = 0; o < QCC_OB; ++o) {{
-{mac}
-            }}
-        }}
-        for (o = 0; o < QCC_OB; ++o) {{
-{flush}
-        }}
-    }}
-    for (o = 0; o < QCC_OB; ++o) {{
-{store}
-    }}
-"""
-    return ks.kernel(name, lambda: f"""
-/* For each of nc input channels: s = the exact sum of its khw taps; t = sat(t + trunc(s / 2^rs){scale}). */
-static void {name}(const {x.name} *restrict panel, const {w.name} *restrict w, int nc, int khw,
-    int32_t *restrict acc, int rs, int32_t ls)
-{{
-    (void)ls;
-{_per_rows(body)}}}
 """, ("conv_t",))
 
 
@@ -581,7 +893,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_p
                         }}
                     }}
                     for (q = 0; q < pn; ++q) {{
-{_indent(finish, 24)}{_indent(ep.element, 24)}                        yr[ox0 + q] = ({y.name})r;
+{_indent(finish, 24)}{_indent(ep.full, 24)}                        yr[ox0 + q] = ({y.name})r;
                     }}
                 }}
             }}
@@ -596,14 +908,11 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_p
 
 def dense(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, mode: str) -> str:
     """y = x (n, k) @ w (k, m), w packed in blocks of OB columns; four partial sums per column
-    (k mod 4) keep four independent chains. Fixed point truncates the whole exact sum once."""
+    (k mod 4) keep four independent chains. Float, or fixed point (`mode` "fixed": the exact sum
+    truncated once, qcc.sim.fixed.dense_kernel); affine Dense runs as a 1x1 `conv_affine`."""
     if mode == "float":
         name, acc, value = f"qcc_dense_f32{ep.suffix}", "float", "xi[t]"
         extra, bias_param, finish = "", ", const float *restrict b", ""
-    elif mode == "affine":
-        name, acc, value = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}", "int32_t", "((int32_t)xi[t] - zx)"
-        extra = ", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, const int32_t *restrict shift"
-        bias_param, finish = "", ""
     else:
         name, acc, value = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}", "int64_t", "(int64_t)xi[t]"
         extra, bias_param = ", int shift", f", const {y.name} *restrict b"
@@ -612,8 +921,13 @@ def dense(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, mode: str) 
         ks.helper("shift")
     for helper in ep.helpers:
         ks.helper(helper)
-    sum_t = "float" if mode == "float" else "int64_t" if mode == "fixed" else "int32_t"
+    sum_t = "float" if mode == "float" else "int64_t"
     v_t = "float" if mode == "float" else "int32_t"
+    if mode == "float":
+        ks.helper("madd")
+        mac, mac0 = "QCC_MADD(xv, wk[o], a[u][o])", "QCC_MADD(xv, wk[o], a[0][o])"
+    else:
+        mac, mac0 = "a[u][o] + xv * wk[o]", "a[0][o] + xv * wk[o]"
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
     long n, long k, long m{extra}{''.join(f', {p}' for p in ep.params)})
@@ -637,7 +951,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_p
                     const {acc} xv = {value.replace("[t]", "[t + u]")};
                     const {w.name} *restrict wk = wb + (t + u) * QCC_OB;
                     for (o = 0; o < QCC_OB; ++o) {{
-                        a[u][o] += xv * wk[o];
+                        a[u][o] = {mac};
                     }}
                 }}
             }}
@@ -645,7 +959,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_p
                 const {acc} xv = {value};
                 const {w.name} *restrict wk = wb + t * QCC_OB;
                 for (o = 0; o < QCC_OB; ++o) {{
-                    a[0][o] += xv * wk[o];
+                    a[0][o] = {mac0};
                 }}
             }}
             for (o = 0; o < QCC_OB && ob * QCC_OB + o < m; ++o) {{
@@ -655,7 +969,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_p
                 sum += a[2][o] + a[3][o];
 {_indent(finish, 16)}                v = ({v_t})sum;
                 {{
-{_indent(ep.channel, 20)}{_indent(ep.element, 20)}                    y[i * m + oc] = ({y.name})r;
+{_indent(ep.channel, 20)}{_indent(ep.full, 20)}                    y[i * m + oc] = ({y.name})r;
                 }}
             }}
         }}

@@ -155,29 +155,53 @@ typedef struct {
 } qcc_perm_t;
 """, ()),
     "conv_t": ("""
-/* Convolution and Dense tiling (kernels/conv.py). QCC_OB is the packed weights' block width and
-   must not change; QCC_PB (2, 4, 6 or 8 output positions per tile: the micro-kernel keeps QCC_PB x
-   QCC_OB sums in registers) follows the vector registers the compiler may use; the others may be
-   overridden (-D) to trade stack for speed: a tile keeps QCC_OS x QCC_PB sums and a panel of
-   QCC_KC x QCC_PB inputs (at most 10 KB in float with the defaults). */
+/* Convolution and Dense tiling (kernels/conv.py). The micro-kernel keeps QCC_PB x QCC_OB sums in
+   registers: QCC_OB (16) consecutive output positions (Dense: output columns) by QCC_PB (2, 4 or
+   8, a divisor of the weights' block of QCC_WB output channels) output channels; QCC_OB and
+   QCC_WB are fixed by the weight layout, QCC_PB follows the vector registers the compiler may use;
+   the others may be overridden (-D) to trade stack for speed: a float tile keeps QCC_OS x QCC_OB
+   sums and a panel of QCC_KC x QCC_OB inputs (12 KB with the defaults). */
 #define QCC_OB 16
+#define QCC_WB 8
 #ifndef QCC_PB
 #if defined(__AVX512F__)
 #define QCC_PB 8 /* 8 rows of 16 floats: 8 of the 32 vector registers */
-#elif defined(__AVX__) || defined(__aarch64__)
-#define QCC_PB 6 /* 12 of 16 registers (AVX: 2 per row), 24 of 32 (NEON: 4 per row) */
 #else
-#define QCC_PB 4 /* SSE2 and the rest: 16 registers, 4 per row (measured best on SSE2) */
+#define QCC_PB 4 /* 4 rows: 8 of 16 registers with AVX, 16 of 16 (SSE2) or 32 (NEON) otherwise */
 #endif
 #endif
 #ifndef QCC_KC
-#define QCC_KC 256
+#define QCC_KC 128
 #endif
 #ifndef QCC_OS
 #define QCC_OS 64
 #endif
 #ifndef QCC_ROW
 #define QCC_ROW 32
+#endif
+/* fixed-point convolutions: QCC_FB output channels by row chunks of QCC_CHUNK positions
+   (QCC_NARROW for narrow maps); QCC_SPAN is the widest (kw - 1) * dilation the row buffer serves */
+#define QCC_FB 8
+#define QCC_CHUNK 32
+#define QCC_NARROW 8
+#define QCC_SPAN 32
+/* affine convolutions: dot products of QCC_MR weight rows with QCC_NR panel rows of at most QCC_KCI
+   taps (the weight layout pads rows to multiples of QCC_KA taps: fixed), QCC_PT positions a tile */
+#define QCC_MR 4
+#define QCC_NR 2
+#define QCC_KA 16
+#ifndef QCC_PT
+#define QCC_PT 8 /* output positions per affine tile (a multiple of QCC_NR) */
+#endif
+#ifndef QCC_KCI
+#define QCC_KCI 256 /* taps per affine panel row (a multiple of QCC_KA) */
+#endif
+#ifndef QCC_BAND
+#define QCC_BAND 8192 /* int16 elements of the transposed input rows (0: gather every tap instead) */
+#endif
+#define QCC_RING 16 /* the band serves kernels of at most this many rows */
+#if QCC_PT % QCC_NR != 0 || QCC_KCI % QCC_KA != 0 || QCC_OS % QCC_MR != 0
+#error "QCC_PT, QCC_KCI and QCC_OS must be multiples of QCC_NR, QCC_KA and QCC_MR"
 #endif
 
 typedef struct {
@@ -191,20 +215,27 @@ typedef struct {
 } qcc_pool_t;
 """, ()),
     # affine mode (qcc.sim.affine_int): requantization, quantization, comparison
+    "madd": ("""
+/* c + a * b, fused when the target has a fast fmaf (FP_FAST_FMAF, e.g. -march with FMA): float
+   kernels only, whose results are compared with a tolerance, never bit for bit. */
+#if defined(FP_FAST_FMAF)
+#define QCC_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define QCC_MADD(a, b, c) ((c) + (a) * (b))
+#endif
+""", ()),
     "requant": ("""
-/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
+/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62, s <= 62);
+   branch-free, so loops calling it vectorize. */
 static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
 {
     const int64_t prod = v * m;
-    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
-    int64_t r;
-    if (s > 0) {
-        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
-    }
-    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
-    return qcc_sat(r + zp, lo, hi);
+    const uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    const uint64_t q = (mag + (((uint64_t)1 << s) >> 1)) >> s;
+    const int64_t r = (prod < 0 ? -(int64_t)q : (int64_t)q) + zp;
+    return r < lo ? lo : (r > hi ? hi : (int32_t)r);
 }
-""", ("sat",)),
+""", ()),
     "quantize": ("""
 /* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
 static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
@@ -235,7 +266,7 @@ static int32_t qcc_min(int32_t a, int32_t b)
 """, ()),
 }
 
-MATH_HELPERS = frozenset({"expf", "tanhf"})
+MATH_HELPERS = frozenset({"expf", "tanhf", "madd"})
 
 
 class KernelSet:

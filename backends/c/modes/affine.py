@@ -69,8 +69,8 @@ def _layer_arrays(lw: Lowering, node: Node, weights: np.ndarray) -> tuple[CType,
     """A Conv/Dense's weight element type and its arrays: the (centered, laid out) weights, the bias on
     the accumulator scale, multipliers, shifts."""
     li = ai.layer_ints(node)
-    w, wt = int_array(lw, weights, f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, packed in "
-                      f"blocks of {KC.OB} output channels")
+    w, wt = int_array(lw, weights, f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, laid out "
+                      "for the kernel")
     return (wt, w, i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale"),
             i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
             i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
@@ -96,7 +96,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     li = ai.layer_ints(node)
     depthwise = KC.is_depthwise(li.weights.shape, node.attrs["group"])
-    weights = li.weights if depthwise else KC.pack_conv_weights(li.weights, node.attrs["group"])
+    weights = li.weights if depthwise else KC.pack_affine_weights(li.weights, node.attrs["group"])
     wt, w, bias, mult, shift = _layer_arrays(lw, node, weights)
     ep, extra, out = _epilogue(lw, node)
     cx = lw.ctype(x)
@@ -106,13 +106,16 @@ def _conv(lw: Lowering, node: Node) -> Step:
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
+    """A 1x1 convolution of an (n, k, 1, 1) input: the convolution's dot-product kernel."""
     x, y = node.input(0), node.outputs[0]
     n, k = static_shape(x)
-    wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_dense_weights(ai.layer_ints(node).weights))
+    m = static_shape(y)[1]
+    weights = ai.layer_ints(node).weights.T.reshape(m, k, 1, 1)
+    wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, 1))
     ep, extra, out = _epilogue(lw, node)
-    fn = KC.dense(lw.kernels, lw.ctype(x), wt, out, ep, "affine")
-    return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), str(n), str(k), str(static_shape(y)[1]), zp(x), bias, mult,
-                                 shift, *extra))])
+    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, out, ep)
+    geometry = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", [n, k, 1, 1, m, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1])
+    return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), geometry, zp(x), bias, mult, shift, *extra))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

@@ -107,8 +107,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
         weights = lw.const(w, node)
     else:
         fn = KC.conv_fixed(lw.kernels, cx, cw, cy, ep, taps, n)
-        weights = lw.array(KC.pack_conv_weights(stored, node.attrs["group"], channel_major=True), cw,
-                           f"qcc_w_{node.name}", f"{w.name} packed in blocks of {KC.OB} output channels")
+        weights = lw.const(w, node)
     return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, rescale, *extra))])
 
 

@@ -191,7 +191,8 @@ def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
     if lw.mode.integer:
         head += ["#include <float.h>", "", "#if FLT_EVAL_METHOD != 0",
                  '#error "bit-exact integer code needs float arithmetic in float (FLT_EVAL_METHOD == 0)"',
-                 "#endif"]
+                 "#endif", "#ifdef __FAST_MATH__",
+                 '#error "bit-exact integer code needs float arithmetic as written (no -ffast-math)"', "#endif"]
     head += ["", f'#include "{ident}.h"', "", f"#define QCC_MAX_RANK {MAX_RANK}", ""]
     run = [
         f"int {ident}_run_with_arena(const float *in, float *out, void *arena)",

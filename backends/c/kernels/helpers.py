@@ -79,33 +79,22 @@ static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)
 }
 """, ()),
     "rint": ("""
-/* t rounded half to even (t finite and inside the int32 range). */
+/* t rounded half to even, |t| < 2^22: adding and subtracting 1.5 * 2^23 rounds in the default
+   rounding mode, exactly (float arithmetic as written: FLT_EVAL_METHOD 0, no -ffast-math). No
+   branch, so the loops calling it vectorize. */
 static int32_t qcc_rint(float t)
 {
-    int32_t i = (int32_t)t;
-    const float r = t - (float)i;
-    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
-        i += 1;
-    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
-        i -= 1;
-    }
-    return i;
+    return (int32_t)((t + 12582912.0f) - 12582912.0f);
 }
 """, ()),
     "round": ("""
 /* Input quantization: v * 2^frac rounded half to even, saturated; NaN gives 0. */
 static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
 {
-    const float t = v * scale;
-    if (t != t) {
-        return 0;
-    }
-    if (t >= (float)hi) {
-        return hi;
-    }
-    if (t <= (float)lo) {
-        return lo;
-    }
+    float t = v * scale;
+    t = t != t ? 0.0f : t;
+    t = t < (float)lo ? (float)lo : t;
+    t = t > (float)hi ? (float)hi : t;
     return qcc_rint(t);
 }
 """, ("rint",)),
@@ -209,7 +198,11 @@ typedef struct {
 } qcc_conv_t;
 """, ()),
     "pool_t": ("""
-/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). */
+/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). Maps whose
+   padded row needs at most QCC_POOLW entries pool through two row buffers of that size. */
+#ifndef QCC_POOLW
+#define QCC_POOLW 512
+#endif
 typedef struct {
     int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew, include_pad;
 } qcc_pool_t;
@@ -240,16 +233,10 @@ static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, 
 /* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
 static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
 {
-    const float t = v / scale;
-    if (t != t) {
-        return zp;
-    }
-    if (t <= (float)(lo - zp)) {
-        return lo;
-    }
-    if (t >= (float)(hi - zp)) {
-        return hi;
-    }
+    float t = v / scale;
+    t = t != t ? 0.0f : t;
+    t = t < (float)(lo - zp) ? (float)(lo - zp) : t;
+    t = t > (float)(hi - zp) ? (float)(hi - zp) : t;
     return qcc_rint(t) + zp;
 }
 """, ("rint",)),

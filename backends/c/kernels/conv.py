@@ -224,9 +224,9 @@ def pack(ks: KernelSet, x: CType) -> str:
     name = f"qcc_pack_{x.suffix}"
     return ks.kernel(name, lambda: f"""
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
-   with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read 0. */
+   with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`. */
 static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const qcc_conv_t *restrict p,
-    const int *restrict iy0, const int *restrict ix0, long k0, long kc)
+    const int *restrict iy0, const int *restrict ix0, long k0, long kc, {x.name} pad)
 {{
     const int cg = p->c / p->group;
     const long hw = (long)p->h * p->w;
@@ -265,7 +265,7 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
             }} else {{
                 for (q = 0; q < QCC_OB; ++q) {{
                     const {x.name} v = xc[off[q]];
-                    pk[q] = ok[q] ? v : 0;
+                    pk[q] = ok[q] ? v : pad;
                 }}
             }}
         }}
@@ -283,15 +283,34 @@ def conv_float(ks: KernelSet, ep: Epilogue) -> str:
     at a time, and the epilogue runs along the positions. A 1x1 convolution with stride 1 and no
     padding reads the input rows themselves (no panel); its last block overlaps the one before
     when the map is not a multiple of QCC_OB (it writes the same values)."""
-    name = f"qcc_conv_f32{ep.suffix}"
-    packer = pack(ks, FLOAT)
-    tile = micro(ks, "float", "float", "float")
+    return _conv_tiled(ks, FLOAT, FLOAT, FLOAT, ep, f"qcc_conv_f32{ep.suffix}")
+
+
+def conv_affine_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+    """The float kernel's tiles on integers: int32 sums of raw x * centered w (padding reads zx,
+    the real zero), minus zx * sum(w) per output channel (`wsum`), then bias and requantization.
+    The lowering uses it when the raw sums fit int32 and the layer's taps are few (the dot
+    products' horizontal sums would dominate)."""
+    return _conv_tiled(ks, x, w, y, ep, f"qcc_convt_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}")
+
+
+def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
+    affine = x.affine is not None
+    acc = "int32_t" if affine else "float"
+    packer = pack(ks, x)
+    tile = micro(ks, w.name, x.name, acc)
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
+    if affine:
+        extra = (", int32_t zx, const int32_t *restrict wsum, const int32_t *restrict bias, "
+                 "const int32_t *restrict mult, const int32_t *restrict shift")
+        bias, pad, zero, correct = "", f"({x.name})zx", "0", " - zx * wsum[oc]"
+    else:
+        extra, bias, pad, zero, correct = "", ", const float *restrict b", "0.0f", "0.0f", ""
     return ks.kernel(name, lambda: f"""
-static void {name}(const float *restrict x, const float *restrict w, const float *restrict b, float *restrict y,
-    const qcc_conv_t *restrict p{params})
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
+    const qcc_conv_t *restrict p{extra}{params})
 {{
     const int cg = p->c / p->group;
     const int og = p->o / p->group;
@@ -300,8 +319,8 @@ static void {name}(const float *restrict x, const float *restrict w, const float
     const int blocks = (og + QCC_WB - 1) / QCC_WB;
     const int direct = kk == cg && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
                        p->oh == p->h && p->ow == p->w;
-    float panel[QCC_KC * QCC_OB];
-    float part[QCC_OS * QCC_OB];
+    {x.name} panel[QCC_KC * QCC_OB];
+    {acc} part[QCC_OS * QCC_OB];
     int iy0[QCC_OB], ix0[QCC_OB];
     int n, g, ob0, q, o, j;
     long p0, k0;
@@ -309,8 +328,8 @@ static void {name}(const float *restrict x, const float *restrict w, const float
 #define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
     for (n = 0; n < p->n; ++n) {{
         for (g = 0; g < p->group; ++g) {{
-            const float *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
-            const float *restrict wg = w + (long)g * blocks * QCC_WB * kk;
+            const {x.name} *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            const {w.name} *restrict wg = w + (long)g * blocks * QCC_WB * kk;
             for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
                 const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
                 for (p0 = 0; p0 < npix; p0 += QCC_OB) {{
@@ -323,7 +342,7 @@ static void {name}(const float *restrict x, const float *restrict w, const float
                         }}
                     }}
                     for (j = 0; j < nb * QCC_OB; ++j) {{
-                        part[j] = 0.0f;
+                        part[j] = {zero};
                     }}
                     if (direct && pn == QCC_OB) {{
                         for (o = 0; o < nb; o += QCC_PB) {{
@@ -337,7 +356,7 @@ static void {name}(const float *restrict x, const float *restrict w, const float
                         }}
                         for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
                             const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-                            {packer}(xg, panel, p, iy0, ix0, k0, kc);
+                            {packer}(xg, panel, p, iy0, ix0, k0, kc, {pad});
                             for (o = 0; o < nb; o += QCC_PB) {{
                                 {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
                             }}
@@ -345,14 +364,15 @@ static void {name}(const float *restrict x, const float *restrict w, const float
                     }}
                     for (o = 0; o < nb; ++o) {{
                         const int oc = g * og + ob0 + o;
-                        float *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
-                        float out[QCC_OB];
+                        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
+                        {acc} out[QCC_OB];
 {_indent(ep.channel, 24)}                        for (j = 0; j < QCC_OB; ++j) {{
-                            const float v = part[o * QCC_OB + j];
-{_indent(ep.full, 28)}                            out[j] = r;
+                            const {acc} v = part[o * QCC_OB + j]{correct};
+{_indent(ep.element, 28)}                            out[j] = r;
                         }}
                         for (j = 0; j < pn; ++j) {{
-                            yo[j] = out[j];
+                            {acc} r = out[j];
+{_indent(ep.post, 28)}                            yo[j] = ({y.name})r;
                         }}
                     }}
                 }}

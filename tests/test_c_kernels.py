@@ -116,8 +116,8 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     source = tmp_path / "k" / "k.c"
     exe = build(model, tmp_path / "k", FLAGS[flags])
     text = source.read_text()
-    if mode.startswith("int") or mode.startswith("uint"):  # both affine convolution kernels are used
-        assert "qcc_convt_" in text and "qcc_dot_i16_" in text and "qcc_dwconv_" in text
+    if mode.startswith("int") or mode.startswith("uint"):  # the dot products, band and gathered, and rows
+        assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_dwconv_" in text
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})

@@ -239,28 +239,38 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
         long off[QCC_OB];
         int ok[QCC_OB];
-        int q, j, inside = 1, run;
+        int q, j, t0 = QCC_OB, t1 = 0, run = 1;
         for (q = 0; q < QCC_OB; ++q) {{
             const int iy = iy0[q] + dy;
             const int ix = ix0[q] + dx;
             ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
             off[q] = ok[q] ? (long)iy * p->w + ix : 0;
-            inside &= ok[q];
+            if (ok[q]) {{
+                t0 = q < t0 ? q : t0;
+                t1 = q + 1;
+            }}
         }}
-        run = inside;
-        for (q = 1; q < QCC_OB; ++q) {{
-            run &= off[q] == off[0] + q * p->sw;
+        /* run: the positions inside the input are t0 .. t1 - 1, one strided stretch of a row */
+        for (q = t0; q < t1; ++q) {{
+            run &= ok[q] && off[q] == off[t0] + (long)(q - t0) * p->sw;
         }}
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (long)(ic + j) * hw;
             {x.name} *restrict pk = panel + (k + j) * QCC_OB;
-            if (run && p->sw == 1) {{
+            if (run && t0 == 0 && t1 == QCC_OB && p->sw == 1) {{
                 for (q = 0; q < QCC_OB; ++q) {{
                     pk[q] = xc[off[0] + q];
                 }}
             }} else if (run) {{
-                for (q = 0; q < QCC_OB; ++q) {{
-                    pk[q] = xc[off[0] + q * p->sw];
+                const {x.name} *restrict xr = xc + off[t0 < t1 ? t0 : 0];
+                for (q = 0; q < t0; ++q) {{
+                    pk[q] = pad;
+                }}
+                for (q = t0; q < t1; ++q) {{
+                    pk[q] = xr[(long)(q - t0) * p->sw];
+                }}
+                for (q = t1 > t0 ? t1 : t0; q < QCC_OB; ++q) {{
+                    pk[q] = pad;
                 }}
             }} else {{
                 for (q = 0; q < QCC_OB; ++q) {{
@@ -280,21 +290,16 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
 def conv_float(ks: KernelSet, ep: Epilogue) -> str:
     """Tiles of QCC_OB output positions (flattened over the map) by QCC_PB output channels: the
     micro-kernel broadcasts weights (`pack_conv_weights`) over a panel of the tile's taps, QCC_KC
-    at a time, and the epilogue runs along the positions. A 1x1 convolution with stride 1 and no
-    padding reads the input rows themselves (no panel); its last block overlaps the one before
-    when the map is not a multiple of QCC_OB (it writes the same values)."""
+    at a time, and the epilogue runs along the positions. The panel is contiguous even for a 1x1
+    convolution: every output channel block reads it, and input rows a power of two apart (a
+    32x32 float map is 4 KB) would all fall into the same cache sets."""
     return _conv_tiled(ks, FLOAT, FLOAT, FLOAT, ep, f"qcc_conv_f32{ep.suffix}")
 
 
-def conv_affine_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
-    """The float kernel's tiles on integers: int32 sums of raw x * centered w (padding reads zx,
-    the real zero), minus zx * sum(w) per output channel (`wsum`), then bias and requantization.
-    The lowering uses it when the raw sums fit int32 and the layer's taps are few (the dot
-    products' horizontal sums would dominate)."""
-    return _conv_tiled(ks, x, w, y, ep, f"qcc_convt_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}")
-
-
 def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
+    """The tiled kernel for float (and, written generally, for affine integers: raw inputs,
+    zero-point padding, zx * sum(w) subtracted; measured slower than the dot products there, as
+    compilers widen the products lane by lane, so the affine mode does not use it)."""
     affine = x.affine is not None
     acc = "int32_t" if affine else "float"
     packer = pack(ks, x)
@@ -317,8 +322,6 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
     const int blocks = (og + QCC_WB - 1) / QCC_WB;
-    const int direct = kk == cg && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
-                       p->oh == p->h && p->ow == p->w;
     {x.name} panel[QCC_KC * QCC_OB];
     {acc} part[QCC_OS * QCC_OB];
     int iy0[QCC_OB], ix0[QCC_OB];
@@ -333,33 +336,20 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
             for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
                 const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
                 for (p0 = 0; p0 < npix; p0 += QCC_OB) {{
-                    int pn = QCC_OB;
-                    if (p0 + QCC_OB > npix) {{
-                        if (direct && npix >= QCC_OB) {{
-                            p0 = npix - QCC_OB;
-                        }} else {{
-                            pn = (int)(npix - p0);
-                        }}
-                    }}
+                    const int pn = npix - p0 < QCC_OB ? (int)(npix - p0) : QCC_OB;
                     for (j = 0; j < nb * QCC_OB; ++j) {{
                         part[j] = {zero};
                     }}
-                    if (direct && pn == QCC_OB) {{
+                    for (q = 0; q < QCC_OB; ++q) {{
+                        const long pq = p0 + q;
+                        iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
+                        ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+                    }}
+                    for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
+                        const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
+                        {packer}(xg, panel, p, iy0, ix0, k0, kc, {pad});
                         for (o = 0; o < nb; o += QCC_PB) {{
-                            {tile}(WROW(0), QCC_WB, xg + p0, npix, kk, part + o * QCC_OB);
-                        }}
-                    }} else {{
-                        for (q = 0; q < QCC_OB; ++q) {{
-                            const long pq = p0 + q;
-                            iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
-                            ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
-                        }}
-                        for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
-                            const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-                            {packer}(xg, panel, p, iy0, ix0, k0, kc, {pad});
-                            for (o = 0; o < nb; o += QCC_PB) {{
-                                {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
-                            }}
+                            {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
                         }}
                     }}
                     for (o = 0; o < nb; ++o) {{

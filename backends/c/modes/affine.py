@@ -92,40 +92,16 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
     return ep, args, cy
 
 
-TILED_TAPS = 128
-"""Layers with fewer taps per output (input channels x kernel size) use the tiled kernel, whose
-sums need no horizontal reduction; longer sums go to the dot products (pmaddwd / vpdpwssd)."""
-
-
-def _raw_sums_fit(node: Node, weights: np.ndarray, bias: np.ndarray) -> bool:
-    """Raw x * w sums, the zx * sum(w) correction and the bias all stay inside int32."""
-    x = node.input(0)
-    lo, hi = ai.bounds(x)
-    zx = abs(ai.act(x)[1])
-    per_out = np.abs(weights).reshape(weights.shape[0], -1).sum(axis=1)
-    wsum = np.abs(weights.reshape(weights.shape[0], -1).sum(axis=1))
-    worst = int(per_out.max(initial=0)) * max(abs(lo), abs(hi)) + zx * int(wsum.max(initial=0)) + \
-        int(np.abs(bias).max(initial=0))
-    return worst < ai.ACC_LIMIT
-
-
 def _conv(lw: Lowering, node: Node) -> Step:
-    """Depthwise along rows; few taps per output: the tiled kernel on raw inputs; else dot products."""
+    """Depthwise along rows; everything else as dot products."""
     x, y = node.input(0), node.outputs[0]
     li = ai.layer_ints(node)
     group = node.attrs["group"]
-    taps = int(np.prod(li.weights.shape[1:]))
     ep, extra, out = _epilogue(lw, node)
     cx, params = lw.ctype(x), conv_params(lw, node)
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
         fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
-    elif taps < TILED_TAPS and _raw_sums_fit(node, li.weights, li.bias):
-        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_conv_weights(li.weights, group))
-        wsum = i32(lw, li.weights.reshape(li.weights.shape[0], -1).sum(axis=1), f"qcc_ws_{node.name}",
-                   f"sum of the centered weights of {node.name} per output channel")
-        fn = KC.conv_affine_tiled(lw.kernels, cx, wt, out, ep)
-        return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), wsum, bias, mult, shift, *extra))])
     else:
         wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(li.weights, group))
         fn = KC.conv_affine(lw.kernels, cx, wt, out, ep)

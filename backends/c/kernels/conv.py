@@ -219,14 +219,18 @@ def pack_conv_weights(w: np.ndarray, group: int) -> np.ndarray:
 def pack(ks: KernelSet, x: CType) -> str:
     """The panel of one tile: taps (ky, kx, input channel) k0 .. k0 + kc - 1, QCC_OB positions each.
 
-    Per tap the positions' offsets are computed once and serve every input channel: positions in
-    one row inside the input are a (strided) fixed-length copy."""
+    The tile's positions are one or more row segments (the driver finds them). A tile inside one
+    output row clips the input stretch it reads once per tap and copies it for every input
+    channel (fixed-length when it is whole and the stride 1 or 2), padding the ends; a tile across
+    rows (maps narrower than the tile) gathers per position with a mask, a fixed-length loop too."""
     name = f"qcc_pack_{x.suffix}"
     return ks.kernel(name, lambda: f"""
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
-   with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`. */
+   with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`.
+   Segment s: positions sq[s] .. sq[s + 1] - 1 of output row soy[s] from column sox[s]. */
 static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const qcc_conv_t *restrict p,
-    const int *restrict iy0, const int *restrict ix0, long k0, long kc, {x.name} pad)
+    int nseg, const int *restrict sq, const int *restrict soy, const int *restrict sox, long k0, long kc,
+    {x.name} pad)
 {{
     const int cg = p->c / p->group;
     const long hw = (long)p->h * p->w;
@@ -239,43 +243,64 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
         long off[QCC_OB];
         int ok[QCC_OB];
-        int q, j, t0 = QCC_OB, t1 = 0, run = 1;
-        for (q = 0; q < QCC_OB; ++q) {{
-            const int iy = iy0[q] + dy;
-            const int ix = ix0[q] + dx;
-            ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
-            off[q] = ok[q] ? (long)iy * p->w + ix : 0;
-            if (ok[q]) {{
-                t0 = q < t0 ? q : t0;
-                t1 = q + 1;
+        int s, q, j, t0 = 0, t1 = 0;
+        long base = 0;
+        if (nseg == 1) {{
+            const int len = sq[1];
+            const int iy = soy[0] * p->sh - p->ph + dy;
+            const int ix = sox[0] * p->sw - p->pw + dx;
+            t0 = ix >= 0 ? 0 : (-ix + p->sw - 1) / p->sw;
+            t1 = ix >= p->w ? 0 : (p->w - ix + p->sw - 1) / p->sw;
+            t0 = t0 < len ? t0 : len;
+            t1 = t1 < len ? t1 : len;
+            if (iy < 0 || iy >= p->h || t1 < t0) {{
+                t0 = t1 = 0;
             }}
-        }}
-        /* run: the positions inside the input are t0 .. t1 - 1, one strided stretch of a row */
-        for (q = t0; q < t1; ++q) {{
-            run &= ok[q] && off[q] == off[t0] + (long)(q - t0) * p->sw;
+            base = (long)iy * p->w + ix + (long)t0 * p->sw;
+        }} else {{
+            for (q = 0; q < QCC_OB; ++q) {{
+                ok[q] = 0;
+                off[q] = 0;
+            }}
+            for (s = 0; s < nseg; ++s) {{
+                const int iy = soy[s] * p->sh - p->ph + dy;
+                for (q = sq[s]; q < sq[s + 1]; ++q) {{
+                    const int ix = (sox[s] + q - sq[s]) * p->sw - p->pw + dx;
+                    ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+                    off[q] = ok[q] ? (long)iy * p->w + ix : 0;
+                }}
+            }}
         }}
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (long)(ic + j) * hw;
             {x.name} *restrict pk = panel + (k + j) * QCC_OB;
-            if (run && t0 == 0 && t1 == QCC_OB && p->sw == 1) {{
+            if (nseg > 1) {{
+                QCC_VECTOR_LOOP
                 for (q = 0; q < QCC_OB; ++q) {{
-                    pk[q] = xc[off[0] + q];
+                    const {x.name} v = xc[off[q]];
+                    pk[q] = ok[q] ? v : pad;
                 }}
-            }} else if (run) {{
-                const {x.name} *restrict xr = xc + off[t0 < t1 ? t0 : 0];
+            }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 1) {{
+                const {x.name} *restrict xr = xc + base;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = xr[q];
+                }}
+            }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 2) {{
+                const {x.name} *restrict xr = xc + base;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = xr[2 * q];
+                }}
+            }} else {{
                 for (q = 0; q < t0; ++q) {{
                     pk[q] = pad;
                 }}
                 for (q = t0; q < t1; ++q) {{
-                    pk[q] = xr[(long)(q - t0) * p->sw];
+                    pk[q] = xc[base + (long)(q - t0) * p->sw];
                 }}
                 for (q = t1 > t0 ? t1 : t0; q < QCC_OB; ++q) {{
                     pk[q] = pad;
-                }}
-            }} else {{
-                for (q = 0; q < QCC_OB; ++q) {{
-                    const {x.name} v = xc[off[q]];
-                    pk[q] = ok[q] ? v : pad;
                 }}
             }}
         }}
@@ -324,8 +349,8 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
     const int blocks = (og + QCC_WB - 1) / QCC_WB;
     {x.name} panel[QCC_KC * QCC_OB];
     {acc} part[QCC_OS * QCC_OB];
-    int iy0[QCC_OB], ix0[QCC_OB];
-    int n, g, ob0, q, o, j;
+    int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
+    int n, g, ob0, q, o, j, nseg;
     long p0, k0;
     /* weights of output channels ob0 + o .. (a multiple of QCC_PB inside their block of QCC_WB), tap k */
 #define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
@@ -340,14 +365,19 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
                     for (j = 0; j < nb * QCC_OB; ++j) {{
                         part[j] = {zero};
                     }}
-                    for (q = 0; q < QCC_OB; ++q) {{
+                    /* the tile's row segments (positions past pn belong to none: padding) */
+                    nseg = 0;
+                    for (q = 0; q < pn; ++nseg) {{
                         const long pq = p0 + q;
-                        iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
-                        ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+                        soy[nseg] = (int)(pq / p->ow);
+                        sox[nseg] = (int)(pq % p->ow);
+                        sq[nseg] = q;
+                        q += p->ow - sox[nseg] < pn - q ? p->ow - sox[nseg] : pn - q;
                     }}
+                    sq[nseg] = pn;
                     for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
                         const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-                        {packer}(xg, panel, p, iy0, ix0, k0, kc, {pad});
+                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
                         for (o = 0; o < nb; o += QCC_PB) {{
                             {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
                         }}
@@ -356,7 +386,8 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
                         {acc} out[QCC_OB];
-{_indent(ep.channel, 24)}                        for (j = 0; j < QCC_OB; ++j) {{
+{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
+                        for (j = 0; j < QCC_OB; ++j) {{
                             const {acc} v = part[o * QCC_OB + j]{correct};
 {_indent(ep.element, 28)}                            out[j] = r;
                         }}
@@ -599,7 +630,8 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> st
         const int oc = g * og + ob0 + o;
         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + P0;
         int32_t out[QCC_PT];
-{_indent(ep.channel, 8)}        for (q = 0; q < QCC_PT; ++q) {{
+{_indent(ep.channel, 8)}        QCC_VECTOR_LOOP
+        for (q = 0; q < QCC_PT; ++q) {{
             const int32_t v = part[o * QCC_PT + q];
 {_indent(ep.element, 12)}            out[q] = r;
         }}

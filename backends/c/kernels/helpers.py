@@ -196,7 +196,7 @@ typedef struct {
 typedef struct {
     int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;
 } qcc_conv_t;
-""", ()),
+""", ("vector_loop",)),
     "pool_t": ("""
 /* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). Maps whose
    padded row needs at most QCC_POOLW entries pool through two row buffers of that size. */
@@ -208,6 +208,16 @@ typedef struct {
 } qcc_pool_t;
 """, ()),
     # affine mode (qcc.sim.affine_int): requantization, quantization, comparison
+    "vector_loop": ("""
+/* Before a fixed-length loop meant to become vector instructions: GCC would otherwise unroll a
+   short one into scalar statements before it vectorizes loops (measured: a 16-element epilogue
+   ran 2.5x the instructions). Other compilers get nothing. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QCC_VECTOR_LOOP _Pragma("GCC unroll 1")
+#else
+#define QCC_VECTOR_LOOP
+#endif
+""", ()),
     "madd": ("""
 /* c + a * b, fused when the target has a fast fmaf (FP_FAST_FMAF, e.g. -march with FMA): float
    kernels only, whose results are compared with a tolerance, never bit for bit. */

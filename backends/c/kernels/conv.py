@@ -216,21 +216,29 @@ def pack_conv_weights(w: np.ndarray, group: int) -> np.ndarray:
     return padded.reshape(group, blocks, WB, -1).transpose(0, 1, 3, 2).reshape(-1)
 
 
-def pack(ks: KernelSet, x: CType) -> str:
+def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
     """The panel of one tile: taps (ky, kx, input channel) k0 .. k0 + kc - 1, QCC_OB positions each.
 
     The tile's positions are one or more row segments (the driver finds them). A tile inside one
     output row clips the input stretch it reads once per tap and copies it for every input
     channel (fixed-length when it is whole and the stride 1 or 2), padding the ends; a tile across
-    rows (maps narrower than the tile) gathers per position with a mask, a fixed-length loop too."""
-    name = f"qcc_pack_{x.suffix}"
+    rows (maps narrower than the tile) gathers per position with a mask, a fixed-length loop too.
+    With a `panel` type the inputs are stored centered, `(panel)(x - zx)` (affine: padding 0 is
+    then the real zero)."""
+    centered = panel is not None
+    elem = panel or x.name
+    name = f"qcc_pack_{x.suffix}" + (f"_{_short(elem)}" if centered else "")
+
+    def val(expr: str) -> str:
+        return f"({elem})((int32_t){expr} - zx)" if centered else expr
+
     return ks.kernel(name, lambda: f"""
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
    with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`.
    Segment s: positions sq[s] .. sq[s + 1] - 1 of output row soy[s] from column sox[s]. */
-static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const qcc_conv_t *restrict p,
+static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
     int nseg, const int *restrict sq, const int *restrict soy, const int *restrict sox, long k0, long kc,
-    {x.name} pad)
+    {elem} pad{", int32_t zx" if centered else ""})
 {{
     const int cg = p->c / p->group;
     const long hw = (long)p->h * p->w;
@@ -273,31 +281,31 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
         }}
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (long)(ic + j) * hw;
-            {x.name} *restrict pk = panel + (k + j) * QCC_OB;
+            {elem} *restrict pk = panel + (k + j) * QCC_OB;
             if (nseg > 1) {{
                 QCC_VECTOR_LOOP
                 for (q = 0; q < QCC_OB; ++q) {{
-                    const {x.name} v = xc[off[q]];
+                    const {elem} v = {val("xc[off[q]]")};
                     pk[q] = ok[q] ? v : pad;
                 }}
             }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 1) {{
                 const {x.name} *restrict xr = xc + base;
                 QCC_VECTOR_LOOP
                 for (q = 0; q < QCC_OB; ++q) {{
-                    pk[q] = xr[q];
+                    pk[q] = {val("xr[q]")};
                 }}
             }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 2) {{
                 const {x.name} *restrict xr = xc + base;
                 QCC_VECTOR_LOOP
                 for (q = 0; q < QCC_OB; ++q) {{
-                    pk[q] = xr[2 * q];
+                    pk[q] = {val("xr[2 * q]")};
                 }}
             }} else {{
                 for (q = 0; q < t0; ++q) {{
                     pk[q] = pad;
                 }}
                 for (q = t0; q < t1; ++q) {{
-                    pk[q] = xc[base + (long)(q - t0) * p->sw];
+                    pk[q] = {val("xc[base + (long)(q - t0) * p->sw]")};
                 }}
                 for (q = t1 > t0 ? t1 : t0; q < QCC_OB; ++q) {{
                     pk[q] = pad;
@@ -312,6 +320,12 @@ static void {name}(const {x.name} *restrict x, {x.name} *restrict panel, const q
 """, ("conv_t",))
 
 
+def conv_affine_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+    """The tiled kernel for affine layers with few taps: int32 panel and weights (`pack_conv_weights`
+    of the centered weights, stored int32), int32 sums, bias and requantization in the epilogue."""
+    return _conv_tiled(ks, x, w, y, ep, f"qcc_convt_{x.suffix}_{y.suffix}{ep.suffix}")
+
+
 def conv_float(ks: KernelSet, ep: Epilogue) -> str:
     """Tiles of QCC_OB output positions (flattened over the map) by QCC_PB output channels: the
     micro-kernel broadcasts weights (`pack_conv_weights`) over a panel of the tile's taps, QCC_KC
@@ -322,22 +336,23 @@ def conv_float(ks: KernelSet, ep: Epilogue) -> str:
 
 
 def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
-    """The tiled kernel for float (and, written generally, for affine integers: raw inputs,
-    zero-point padding, zx * sum(w) subtracted; measured slower than the dot products there, as
-    compilers widen the products lane by lane, so the affine mode does not use it)."""
+    """The tiled kernel: float, or affine integers on an int32 panel of centered inputs (padding 0,
+    the real zero) and int32 weights: 32-bit multiply-adds, which every vector unit has, with no
+    horizontal sum (layers with few taps per output, where the dot products' sums dominate)."""
     affine = x.affine is not None
     acc = "int32_t" if affine else "float"
-    packer = pack(ks, x)
-    tile = micro(ks, w.name, x.name, acc)
+    elem = "int32_t" if affine else x.name
+    packer = pack(ks, x, elem if affine else None)
+    tile = micro(ks, w.name, elem, acc)
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
     if affine:
-        extra = (", int32_t zx, const int32_t *restrict wsum, const int32_t *restrict bias, "
-                 "const int32_t *restrict mult, const int32_t *restrict shift")
-        bias, pad, zero, correct = "", f"({x.name})zx", "0", " - zx * wsum[oc]"
+        extra = (", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, "
+                 "const int32_t *restrict shift")
+        bias, pad, zero = "", "0, zx", "0"
     else:
-        extra, bias, pad, zero, correct = "", ", const float *restrict b", "0.0f", "0.0f", ""
+        extra, bias, pad, zero = "", ", const float *restrict b", "0.0f", "0.0f"
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
     const qcc_conv_t *restrict p{extra}{params})
@@ -347,7 +362,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
     const int blocks = (og + QCC_WB - 1) / QCC_WB;
-    {x.name} panel[QCC_KC * QCC_OB];
+    {elem} panel[QCC_KC * QCC_OB];
     {acc} part[QCC_OS * QCC_OB];
     int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
     int n, g, ob0, q, o, j, nseg;
@@ -388,7 +403,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
                         {acc} out[QCC_OB];
 {_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
                         for (j = 0; j < QCC_OB; ++j) {{
-                            const {acc} v = part[o * QCC_OB + j]{correct};
+                            const {acc} v = part[o * QCC_OB + j];
 {_indent(ep.element, 28)}                            out[j] = r;
                         }}
                         for (j = 0; j < pn; ++j) {{

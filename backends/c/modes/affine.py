@@ -92,8 +92,13 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
     return ep, args, cy
 
 
+TILED_TAPS = 96
+"""Layers with fewer taps per output (input channels x kernel size) run on the tiled kernel
+(int32 lanes, no horizontal sums); longer sums on the dot products."""
+
+
 def _conv(lw: Lowering, node: Node) -> Step:
-    """Depthwise along rows; everything else as dot products."""
+    """Depthwise along rows; few taps: the tiled kernel; else dot products."""
     x, y = node.input(0), node.outputs[0]
     li = ai.layer_ints(node)
     group = node.attrs["group"]
@@ -102,6 +107,13 @@ def _conv(lw: Lowering, node: Node) -> Step:
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
         fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
+    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS:
+        w = lw.array(KC.pack_conv_weights(li.weights, group), INT_TYPES["int32"], f"qcc_w_{node.name}",
+                     f"{node.input(1).name} minus its zero point, blocks of {KC.WB} output channels by tap")
+        bias = i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
+        mult = i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
+        shift = i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
+        fn = KC.conv_affine_tiled(lw.kernels, cx, INT_TYPES["int32"], out, ep)
     else:
         wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(li.weights, group))
         fn = KC.conv_affine(lw.kernels, cx, wt, out, ep)

@@ -10,6 +10,7 @@ Quantize imported from an .nnp and left as it was -> its original function.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import zipfile
@@ -25,10 +26,13 @@ from qcc.formats.nnp_archive import param_field
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.types import Affine, FixedPoint, Float32, Sign
+from qcc.runtimes.base import Runtime, Tolerance
 from qcc.tables import registrar
-from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
 
 EXECUTOR = "Runtime"
+NNABLA_QUANTIZE = Tolerance(20.0, 0.98, "nnabla's quantize functions compute in float32 and round their own "
+                            "way: one step apart from qcc's simulation on a few elements")
 AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
 
 
@@ -599,6 +603,13 @@ class NnpBackend(Backend):
         # a quantized .nnp is converted to .nnb by nnabla: it keeps nnabla-c-runtime's positions
         return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME)
 
+    def runtime(self, out: str | os.PathLike[str], options: NnpOptions, model: Model | None = None) -> Runtime:
+        """nnabla's forward of the written network (quantized: nnabla's quantize functions)."""
+        from qcc.runtimes.base import FLOAT
+        from qcc.runtimes.nnabla import NnablaRuntime
+
+        return NnablaRuntime(out, tolerance=NNABLA_QUANTIZE if is_quantized(model) else FLOAT)
+
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: the IR ops EMITTERS writes as nnabla functions."""
         return {"nnp": dict.fromkeys(EMITTERS, "yes")}
@@ -617,3 +628,5 @@ def _member(name: str, compress_type: int = zipfile.ZIP_DEFLATED) -> zipfile.Zip
     info.compress_type = compress_type
     info.external_attr = 0o644 << 16
     return info
+
+importlib.import_module("qcc.backends.nnp_layers")  # it adds its emitters to EMITTERS

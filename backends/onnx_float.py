@@ -6,6 +6,7 @@ import os
 
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model
+from qcc.runtimes.base import Runtime
 from qcc.target import Backend, Constraints, NoOptions, WriteResult
 
 
@@ -23,6 +24,11 @@ class OnnxBackend(Backend):
         from qcc.formats.onnx_export import EXPORTERS
 
         return {"onnx": dict.fromkeys(EXPORTERS, "yes")}
+
+    def runtime(self, out: str | os.PathLike[str], options: NoOptions, model: Model | None = None) -> Runtime:
+        from qcc.runtimes.onnxruntime import OrtRuntime
+
+        return OrtRuntime(out)
 
     def to_bytes(self, model: Model) -> bytes:
         from qcc.formats.onnx_export import to_onnx

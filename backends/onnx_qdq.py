@@ -33,6 +33,7 @@ from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, QuantType, Sign
+from qcc.runtimes.base import Runtime
 from qcc.target import Backend, WriteResult
 
 """Ops with (x, weight, bias) inputs; a per-channel bias runs along its axis 0."""
@@ -63,7 +64,7 @@ _FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
 ORT_INTEGER_OPS = frozenset({
     "Conv", "Dense", "Add", "Mul", "AvgPool", "GlobalAvgPool", "SumPool", "MaxPool", "Concat", "LeakyRelu",
     "Sigmoid", "Softmax", "Relu", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-    "Identity", "Dropout", "Quantize",
+    "Identity", "Dropout", "Quantize", "Resize", "DepthToSpace", "Gather", "MatMul", "ReduceMax", "ArgMax",
 })
 """IR ops ONNX Runtime (1.23, CPU) runs on integers when this backend writes them quantized, uint8
 activations (storage 'ort'): QLinear* kernels, QGemm, value moves on uint8, a Relu folded into its
@@ -329,6 +330,20 @@ class QdqWriter(OnnxWriter):
                 self.qdq(src, value.name, value.name, acts[id(value)])
 
 
+def float_islands(model: Model, low: Lowering) -> list[dict[str, str]]:
+    """Nodes ONNX Runtime computes in float between DequantizeLinear and QuantizeLinear: every
+    exported op outside ORT_INTEGER_OPS that reads or writes a quantized tensor (report lines)."""
+    quantized = set(low.activations) | set(low.constants)
+    out = []
+    for node in model.graph.nodes:
+        if node.op in ORT_INTEGER_OPS or id(node) in low.folded:
+            continue
+        if any(v is not None and id(v) in quantized for v in (*node.inputs, *node.outputs)):
+            out.append({"node": node.name, "op": node.op, "reason": "onnxruntime computes it in float between "
+                        "DequantizeLinear and QuantizeLinear (no integer kernel for this op)"})
+    return out
+
+
 def to_qdq(model: Model, storage: str = "ort") -> tuple[Any, list[dict[str, str]]]:
     """The QDQ ModelProto and the report lines for tensors left in float."""
     low = plan(model, storage)
@@ -352,17 +367,25 @@ class OnnxQdqBackend(Backend):
 
     name = "onnx-qdq"
     extensions = ()  # .onnx with a quantizing scheme, or ask for it by name
+    file_extensions = (".onnx",)
     Options = QdqOptions
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every exported op, integer or float in ONNX Runtime."""
         return {"onnx-qdq": {op: "int" if op in ORT_INTEGER_OPS else "float" for op in EXPORTERS}}
 
+    def runtime(self, out: str | os.PathLike[str], options: QdqOptions, model: Model | None = None) -> Runtime:
+        """onnxruntime with graph optimizations on: the integer kernels the file is written for."""
+        from qcc.runtimes.onnxruntime import QDQ, OrtRuntime
+
+        return OrtRuntime(out, QDQ)
+
     def serialize(self, model: Model, out: str | os.PathLike[str], options: QdqOptions) -> WriteResult:
         """Write atomically; the tensors left in float are the report's float fallbacks."""
         proto, fallbacks = to_qdq(model, options.storage)
         atomic_write_bytes(out, proto.SerializeToString())
-        return WriteResult(tuple(fallbacks))
+        islands = float_islands(model, plan(model, options.storage))
+        return WriteResult(tuple(fallbacks), {"float_islands": islands} if islands else {})
 
 
 BACKEND = OnnxQdqBackend()

@@ -208,14 +208,15 @@ def callgrind(cmd: list[str]) -> int | None:
 # ---------------------------------------------------------------- building
 
 
-def build(directory: Path, arch: str | None) -> Path:
-    """`make` with the Makefile's portable default, or with ARCH_FLAGS; the executable."""
+def build(directory: Path, arch: str | None, label: str) -> Path:
+    """`make` with the Makefile's portable default, or with ARCH_FLAGS; the executable, copied to
+    `model_<label>`."""
     subprocess.run(["make", "-s", "-C", str(directory), "clean"], check=True, capture_output=True)
     args = ["make", "-s", "-C", str(directory)] + ([f"ARCH_FLAGS={arch}"] if arch else [])
     proc = subprocess.run(args, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"make failed in {directory}: {proc.stderr[-2000:]}")
-    exe = directory / ("model_native" if arch else "model_portable")
+    exe = directory / f"model_{label}"
     shutil.copy(directory / "model", exe)
     return exe
 
@@ -275,13 +276,13 @@ def prepare(name: str, modes: list[str], tmp: Path, args: argparse.Namespace) ->
         scheme = SCHEMES[mode]
         out = tmp / f"{name}_{mode}"
         qcc.driver.compile(str(src), out, target="c", quantize=scheme, calib=None if scheme == "none" else str(calib))
-        portable, native = build(out, None), build(out, NATIVE)
+        portable, native = build(out, None, "portable"), build(out, NATIVE, "native")
         variants[f"c_{mode}_portable"] = Variant(f"{name} C {mode} portable", c_runner(portable, x))
         variants[f"c_{mode}_native"] = Variant(f"{name} C {mode} native", c_runner(native, x))
         static[mode] = {"bytes_portable": object_bytes(out, None), "bytes_native": object_bytes(out, NATIVE),
                         "arena": arena_bytes(out)}
         if args.callgrind:
-            avx2 = build(out, "-O3 -mavx2 -mfma")
+            avx2 = build(out, "-O3 -mavx2 -mfma", "avx2")
             inp = out / "in.bin"
             x.astype("<f4").tofile(inp)
             static[mode]["ir_portable"] = callgrind([str(portable), str(inp), str(out / "cg.bin")])

@@ -11,9 +11,7 @@ changed are never used).
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import attrs
@@ -68,6 +66,15 @@ class Calibrate(Pass):
                              "model input name, first axis = samples)")
         check_finite_params(model)
         source = ctx.calib_name
+        if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
+            from qcc.data import bound_batches
+
+            stream = (feeds for feeds, _ in bound_batches(model, ctx.calib_data, source, self.batch_size,
+                                                          "pass 'calibrate'"))
+            result = collect_batches(model, stream, None, self.num_bins, ctx.progress, self.engine)
+            if not result.samples:
+                raise InvalidInputError(f"{source}: no samples (pass 'calibrate')")
+            return self._store(result, model, source, ctx)
         feeds, _ = bind_inputs(model, dict(ctx.calib_data), source)  # no whole-array temporaries
         count = len(next(iter(feeds.values()))) if feeds else 0
         if self.max_samples is not None:
@@ -75,6 +82,9 @@ class Calibrate(Pass):
         batch, count = self._batching(model, count, source, ctx)
         result = collect(model, {k: v[:count] for k, v in feeds.items()}, batch, self.num_bins,
                          ctx.progress, self.engine)
+        return self._store(result, model, source, ctx)
+
+    def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:
         _check(result, model, source, ctx)
         previous = ctx.analyses.peek(CalibrationStats, model)
         if self.merge and isinstance(previous, Calibration):
@@ -84,17 +94,9 @@ class Calibrate(Pass):
 
     def _batching(self, model: Model, count: int, source: str, ctx: PassContext) -> tuple[int, int]:
         """A static batch dimension (e.g. 1) fixes the batch; leftover samples are dropped."""
-        static = {v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)}
-        if len(static) > 1:
-            raise InvalidInputError(f"model inputs have different static batch sizes {sorted(static)}")
-        if count == 0:
-            raise InvalidInputError(f"{source}: no samples")
-        if not static:
-            return min(self.batch_size, count), count
-        batch = int(static.pop())
-        if count < batch:
-            raise InvalidInputError(f"{source}: {count} sample(s), but the model's batch dimension is {batch}")
-        usable = count - count % batch
+        from qcc.data import batching
+
+        batch, usable = batching(model, count, self.batch_size, source, "pass 'calibrate'")
         if usable != count:
             ctx.note("calibration", f"{count - usable} sample(s) dropped: the model's static batch is {batch}")
         return batch, usable
@@ -108,18 +110,28 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
     (same tensors by name, one batch of outputs alive at a time).
     """
+    count = len(next(iter(feeds.values()))) if feeds else 0
+    batches = ({k: v[start:start + batch] for k, v in feeds.items()} for start in range(0, count, batch))
+    return collect_batches(model, batches, count, num_bins, progress, engine)
+
+
+def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], total: int | None,
+                    num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc") -> Calibration:
+    """`collect` over batches as they come (a stream of batches is never held whole)."""
+    from qcc.progress import progress_bar
+
     observer = _Observer(model, num_bins)
     observed = list(observer.tracked.values())
     run = _ort_runner(model, observed, observer) if engine == "onnxruntime" else _qcc_runner(model, observer)
-    count = len(next(iter(feeds.values()))) if feeds else 0
-    bar = _Progress(count) if progress else None
-    for start in range(0, count, batch):
-        observer.batch_counts.clear()
-        run({k: v[start:start + batch] for k, v in feeds.items()})
-        if bar:
-            bar.update(min(start + batch, count))
-    if bar:
-        bar.close()
+    count = 0
+    with progress_bar(total, "calibrate", progress) as bar:
+        for feeds in batches:
+            observer.batch_counts.clear()
+            run(feeds)
+            done = len(next(iter(feeds.values()))) if feeds else 0
+            count += done
+            if bar:
+                bar(done)
     return Calibration(observer.finish(), count)
 
 
@@ -249,23 +261,3 @@ def _check(result: Calibration, model: Model, source: str, ctx: PassContext) -> 
             ctx.note("calibration", {"tensor": value.name, "issue": f"constant value {st.max:g} on all "
                                      "calibration data: its range is chosen by the zero-range rule "
                                      "(docs/passes.md)"})
-
-
-class _Progress:
-    """A one-line progress bar on stderr (only when stderr is a terminal)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = max(total, 1)
-        self.start = time.perf_counter()
-
-    def update(self, done: int) -> None:
-        width = 30
-        filled = width * done // self.total
-        rate = done / max(time.perf_counter() - self.start, 1e-9)
-        sys.stderr.write(f"\rcalibrate [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
-                         f"samples, {rate:.0f}/s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
-        sys.stderr.flush()

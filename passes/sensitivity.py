@@ -83,7 +83,8 @@ class Sensitivity(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import bind_inputs
+        from qcc.data import batching, bind_inputs
+        from qcc.progress import progress_bar
 
         last = model.products.get(LastAnnotation)
         assign = last.annotation_pass if last is not None else None
@@ -92,20 +93,26 @@ class Sensitivity(Pass):
                              "(quantize-affine or assign-fixed-point)")
         if ctx.calib_data is None:
             raise UsageError("pass 'sensitivity' needs calibration data (--calib DATA.npz)")
-        feeds, _ = bind_inputs(model, dict(ctx.calib_data), ctx.calib_name)
-        feeds = {k: v[: self.samples] for k, v in feeds.items()}
+        data = ctx.calib_data if isinstance(ctx.calib_data, dict) else ctx.calib_data.take(self.samples)
+        feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
+        count = min(self.samples, len(next(iter(feeds.values()))) if feeds else 0)
+        # a static batch (torchvision exports: 1) fixes the batch, as in calibrate
+        batch, count = batching(model, count, self.batch_size, ctx.calib_name, "pass 'sensitivity'")
+        feeds = {k: v[:count] for k, v in feeds.items()}
         layers = find_layers(model)
         scores: list[tuple[str, float | None]] = []
-        for name, values in layers:
-            active = {id(v) for v in values}
+        with progress_bar(len(layers), "sensitivity", ctx.progress, unit="layer") as bar:
+            for name, values in layers:
+                active = {id(v) for v in values}
 
-            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-                return LayerInterpreter(m, a, obs)
+                def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
+                    return LayerInterpreter(m, a, obs)
 
-            cmp = compare(model, model, feeds, batch_size=self.batch_size, tensors=False,
-                          make_interpreter=only_layer)
-            scores.append((name, cmp.output_sqnr()))
-        baseline = self._measure(model, feeds)
+                cmp = compare(model, model, feeds, batch_size=batch, tensors=False, make_interpreter=only_layer)
+                scores.append((name, cmp.output_sqnr()))
+                if bar:
+                    bar(1)
+        baseline = self._measure(model, feeds, batch)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {
             "layers": [{"layer": n, "sqnr_db": _round(s)} for n, s in scores],
@@ -115,7 +122,7 @@ class Sensitivity(Pass):
         limit = self.max_layers or (len(layers) if self.target_sqnr is not None else 0)
         best, chosen = baseline, list[int]()
         if limit:
-            best, chosen = self._search(model, ctx, assign, layers, ranking[:limit], feeds, baseline)
+            best, chosen = self._search(model, ctx, assign, layers, ranking[:limit], feeds, baseline, batch)
         section.update({"promoted": [layers[i][0] for i in chosen], "output_sqnr_db": _round(best),
                         "target_sqnr_db": self.target_sqnr,
                         "target_met": None if self.target_sqnr is None else _key(best) >= self.target_sqnr})
@@ -126,12 +133,13 @@ class Sensitivity(Pass):
                     v.meta.setdefault("report", {})["layer_sqnr_db"] = _round(score)
         return PassResult(model, bool(chosen), frozenset({"*"}))
 
-    def _measure(self, model: Model, feeds: dict[str, np.ndarray]) -> float | None:
-        return compare(model, model, feeds, batch_size=self.batch_size, tensors=False,
+    def _measure(self, model: Model, feeds: dict[str, np.ndarray], batch: int) -> float | None:
+        return compare(model, model, feeds, batch_size=batch, tensors=False,
                        make_interpreter=quantized_runner).output_sqnr()
 
     def _search(self, model: Model, ctx: PassContext, assign: Pass, layers: list[tuple[str, list[Value]]],
-                order: list[int], feeds: dict[str, np.ndarray], baseline: float | None) -> tuple[float | None, list[int]]:
+                order: list[int], feeds: dict[str, np.ndarray], baseline: float | None,
+                batch: int) -> tuple[float | None, list[int]]:
         """Greedy: promote the next most sensitive layer, re-annotate, measure; keep the best."""
         saved = {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
         scratch = attrs.evolve(ctx, report={})
@@ -147,7 +155,7 @@ class Sensitivity(Pass):
                 ctx.note(SECTION, f"layer {layers[index][0]!r} not promoted: {exc}")
                 promoted.pop()
                 continue
-            score = self._measure(model, feeds)
+            score = self._measure(model, feeds, batch)
             if _key(score) > _key(best):
                 best, best_set = score, list(promoted)
         self._apply(model, assign, layers, best_set, saved, ctx)

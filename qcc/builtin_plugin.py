@@ -13,6 +13,7 @@ BUILTINS = Plugin(
         "insert-quantize": "qcc.passes.insert_quantize:InsertQuantize",
         "calibrate": "qcc.passes.calibrate:Calibrate",
         "apply-overrides": "qcc.passes.apply_overrides:ApplyOverrides",
+        "exclude-nodes": "qcc.passes.exclude_nodes:ExcludeNodes",
         "quantize-affine": "qcc.passes.quantize_affine:QuantizeAffine",
         "assign-fixed-point": "qcc.passes.assign_fixed_point:AssignFixedPoint",
         "binarize-weights": "qcc.passes.binarize_weights:BinarizeWeights",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,13 +14,27 @@ from typing import Any
 from qcc import __version__
 from qcc.errors import InternalError, QccError
 
+RUNTIMES = ("runtimes: .onnx in onnxruntime, .nnb in nnablart ($QCC_NNABLART or PATH; else qcc's emulation of "
+            "the decoded file), a target-c directory built with its Makefile, .nnp in nnabla, .pt2 in qcc's simulator.")
+LAYERS = ("Per-layer table: every tensor both runtimes can show (onnxruntime: every node output, graph "
+          "optimizations off, as onnxruntime.quantization.qdq_loss_debug does), matched by name; SQNR dB = "
+          "10 log10(sum ref^2 / sum (model - ref)^2) over all samples ('exact': no difference).")
 EXIT_CODES = "exit codes: 0 ok, 2 usage, 3 invalid input, 4 unsupported, 70 internal error, 130 interrupted"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a command-line error is one line (`qcc: usage: ...`), not the usage text."""
+
+    def error(self, message: str) -> Any:
+        from qcc.errors import UsageError
+
+        raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
 def _parser() -> argparse.ArgumentParser:
     from qcc.driver import METHODS, SCHEMES
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="qcc",
         description="qcc: a quantization compiler for neural networks (ONNX/.nnp/.pt2 in; "
         "ONNX, ONNX QDQ, .nnb, .nnp, C out).",
@@ -27,28 +42,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"qcc {__version__}")
     _add_common(parser, False)
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     _add_common(common, argparse.SUPPRESS)  # also after the subcommand, without overriding
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    c = sub.add_parser("compile", help="compile a model for a target", epilog=EXIT_CODES, parents=[common])
+    c = sub.add_parser("compile", help="compile a model for a target", parents=[common],
+                       epilog="The summary's tensor table (activation, type, range, clip, SQNR dB, eval dB) is "
+                       "explained in docs/debugging.md. " + EXIT_CODES)
     c.add_argument("model", help="input model (.onnx, .nnp, .pt2)")
     c.add_argument("-o", "--output", required=True, help="output file (.onnx/.nnb/.nnp) or directory (c)")
     c.add_argument("--target", metavar="TARGET[{OPTIONS}]",
                    help="onnx | onnx-qdq | nnb | nnp | c, with options as in 'nnb{version=2,plan=nnabla}' "
                         "(default: from the output's extension; `qcc targets` lists targets and options)")
-    c.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME",
+    c.add_argument("--quantize", default="none", metavar="SCHEME",
                    help="quantization scheme: " + ", ".join(SCHEMES))
     c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
-    c.add_argument("--method", default=None, choices=METHODS,
-                   help="activation range estimator (default: minmax; mse for fixed8)")
+    c.add_argument("--method", default=None, metavar="METHOD",
+                   help=f"activation range estimator: {', '.join(METHODS)} (default: minmax; mse for fixed8)")
     c.add_argument("--per-tensor", action="store_true", help="per-tensor (not per-channel) weight scales")
     c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
     c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
                    help="pin tensors matching PATTERN to TYPE (e.g. 'conv1*=FIXED16'); repeatable")
     c.add_argument("--passes", metavar="SPEC", help="explicit pipeline (replaces the scheme's default)")
     c.add_argument("--eval", metavar="DATA.npz", help="evaluation data (optional 'labels') for the report")
-    c.add_argument("--report", metavar="REPORT.json", help="write the compile report as JSON")
+    c.add_argument("--report", metavar="REPORT.json", help="write the compile report as JSON ('-': to stdout, "
+                   "the summary then goes to stderr)")
     c.add_argument("--network", help=".nnp network name")
     c.add_argument("--executor", help=".nnp executor name")
     c.add_argument("--batch-size", type=int, help="bind the batch dimension")
@@ -60,16 +78,44 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--time-passes", action="store_true", help="print the time each pass took")
     c.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR before/after each pass into DIR")
+    c.add_argument("--plots", metavar="DIR", help="with --eval: PNG plots into DIR (per-tensor histograms with the "
+                   "chosen range, per-layer SQNR, memory timeline); needs matplotlib (pip install qcc[plots])")
 
     i = sub.add_parser("inspect", help="describe a model: layers, shapes, bytes (any readable model)",
                        parents=[common])
     i.add_argument("model")
     i.add_argument("--memory", action="store_true", help="memory plan table and bounds")
-    i.add_argument("--quantize", default="none", choices=SCHEMES, metavar="SCHEME", help="size tensors for a scheme")
+    i.add_argument("--quantize", default="none", metavar="SCHEME", help="size tensors for a scheme: " + ", ".join(SCHEMES))
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--network", help=".nnp network name")
     i.add_argument("--executor", help=".nnp executor name")
     i.add_argument("--batch-size", type=int, help="bind the batch dimension")
+
+    r = sub.add_parser("run", help="run any model qcc reads or writes on DATA.npz; outputs into OUT.npz",
+                       parents=[common], epilog=RUNTIMES)
+    r.add_argument("model", help="a model file (.onnx, .nnb, .nnp, .pt2) or a target-c directory")
+    r.add_argument("data", metavar="DATA.npz", help="inputs (arrays keyed by input name, samples first)")
+    r.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="outputs, keyed by output name")
+    r.add_argument("--network", help=".nnp network name")
+
+    e = sub.add_parser("eval", help="accuracy of any model on DATA.npz; with --reference, agreement, output "
+                       "and per-layer SQNR against the float model", parents=[common], epilog=RUNTIMES + " " + LAYERS)
+    e.add_argument("model", help="a model file (.onnx, .nnb, .nnp, .pt2) or a target-c directory")
+    e.add_argument("data", metavar="DATA.npz", help="inputs and optional 'labels'")
+    e.add_argument("--reference", metavar="FLOAT_MODEL", help="the float model to compare against")
+    e.add_argument("--report", metavar="REPORT.json", help="the results as JSON ('-': stdout)")
+    e.add_argument("--plots", metavar="DIR", help="PNG per-layer SQNR bar chart (needs matplotlib: qcc[plots])")
+    e.add_argument("--network", help=".nnp network name")
+
+    st = sub.add_parser("settings", help="write nnabla's settings.yaml for an .nnp (nnb_template's equivalent; "
+                        "with --calib, qcc's chosen fixed-point positions)", parents=[common])
+    st.add_argument("model", help="an .nnp model")
+    st.add_argument("-o", "--output", required=True, metavar="settings.yaml")
+    st.add_argument("--calib", metavar="DATA.npz", help="calibration data: fill in qcc's chosen positions")
+    st.add_argument("--quantize", default="fixed8", metavar="SCHEME", help="fixed8 | fixed16 | fixed8-16 (with --calib)")
+    st.add_argument("--method", default=None, metavar="METHOD", help="range estimator (with --calib)")
+    st.add_argument("--network", help=".nnp network name")
+    st.add_argument("--executor", help=".nnp executor name")
 
     sub.add_parser("passes", help="list passes with their options and one-line docs", parents=[common])
     sub.add_parser("targets", help="list targets: extensions, options, the constraints they impose",
@@ -85,33 +131,108 @@ def _add_common(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--no-plugins", action="store_true", default=default,
                         help="do not load qcc.plugins entry points (also QCC_DISABLE_PLUGIN_AUTOLOAD=1)")
     parser.add_argument("--debug", action="store_true", default=default, help="show a stack trace on errors")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="print nothing but errors (no summary, no warnings, no progress bars)")
+    parser.add_argument("--progress", action="store_true", default=default,
+                        help="progress bars on stderr even when it is not a terminal (default: on a terminal)")
     parser.add_argument("--limit", action="append", default=[] if default is False else default,
                         metavar="NAME=VALUE", help="resource limit, e.g. max_tensor_elements=1e9 (docs/errors.md)")
+
+
+def progress_wanted(args: argparse.Namespace) -> bool:
+    """Bars on a terminal, or anywhere with --progress; never with -q."""
+    return not args.quiet and (args.progress or sys.stderr.isatty())
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from qcc.driver import compile as run_compile
     from qcc.summary import print_compile_summary
 
+    to_stdout = args.report == "-"  # the JSON on stdout; the human summary moves to stderr
     model, report = run_compile(
         args.model, args.output, target=args.target, passes=args.passes, quantize=args.quantize,
         calib=args.calib, method=args.method, per_tensor=args.per_tensor, settings=args.settings,
-        overrides=tuple(args.override), eval=args.eval, report=args.report, network=args.network,
-        executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version, api=args.api,
-        plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
-        dump_ir=args.dump_ir,
+        overrides=tuple(args.override), eval=args.eval, report=None if to_stdout else args.report,
+        network=args.network, executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version,
+        api=args.api, plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,
+        dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots,
     )
-    print_compile_summary(model, report)
+    if not args.quiet:
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+            print_compile_summary(model, report)
+    if to_stdout:
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from qcc.driver import SCHEMES
     from qcc.inspect import inspect_path
+    from qcc.options import choice_error
+
+    if args.quantize not in SCHEMES:
+        raise choice_error("--quantize", args.quantize, SCHEMES)
 
     result = inspect_path(args.model, memory=args.memory, quantize=args.quantize, as_json=args.json,
                           network=args.network, executor=args.executor, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from qcc.running import run_file
+
+    result = run_file(args.model, args.data, args.output, args.network, progress_wanted(args))
+    if not args.quiet:
+        shapes = ", ".join(f"{k} {v}" for k, v in result["outputs"].items())
+        print(f"qcc: ran {args.model} in {result['runtime']}: {shapes} -> {args.output}")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from qcc.running import eval_file, print_layer_table
+
+    result = eval_file(args.model, args.data, args.reference, args.network, progress_wanted(args))
+    if args.plots:
+        from qcc.debug_plots import sqnr_bar_chart
+
+        result["plots"] = [sqnr_bar_chart(result.get("layers", []), args.plots, f"{args.model} vs {args.reference}")]
+    to_stdout = args.report == "-"
+    if not args.quiet:
+        with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+            _print_eval_file(result)
+            print_layer_table(result.get("layers", []))
+    text = json.dumps(result, indent=2, sort_keys=True, default=str) + "\n"
+    if to_stdout:
+        sys.stdout.write(text)
+    elif args.report:
+        from qcc.io import atomic_write_bytes
+
+        atomic_write_bytes(args.report, text.encode())
+    return 0
+
+
+def _print_eval_file(result: dict[str, Any]) -> None:
+    def acc(x: Any) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    line = f"qcc: {result['model']} in {result['runtime']}: {result['samples']} samples, accuracy {acc(result['accuracy'])}"
+    print(line)
+    ref = result.get("reference")
+    if ref:
+        db = result.get("output_sqnr_db")
+        print(f"  against {ref['model']} in {ref['runtime']}: accuracy {acc(result.get('reference_accuracy'))}, "
+              f"top-1 agreement {acc(result.get('agreement'))}, output SQNR {'exact' if db is None else f'{db:.1f}'} dB")
+
+
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from qcc.settings_template import write_settings
+
+    count = write_settings(args.model, args.output, calib=args.calib, quantize=args.quantize, method=args.method,
+                           network=args.network, executor=args.executor, progress=progress_wanted(args))
+    if not args.quiet:
+        print(f"qcc: wrote {args.output}: {count} variables")
     return 0
 
 
@@ -197,7 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except QccError as exc:  # OneLineParser: a command-line mistake is one line
+        print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.command is None:
         parser.print_help()
         return 2
@@ -222,12 +347,15 @@ def _main(argv: Sequence[str] | None) -> int:
 
         set_autoload(False)
     handlers: dict[str, Any] = {"compile": _cmd_compile, "inspect": _cmd_inspect, "passes": _cmd_passes,
+                                "run": _cmd_run, "eval": _cmd_eval, "settings": _cmd_settings,
                                 "targets": _cmd_targets, "plugins": _cmd_plugins, "ops": _cmd_ops}
     try:
         return int(handlers[args.command](args))
     except QccError as exc:
         if args.debug:
             traceback.print_exc()
+        for line in getattr(exc, "details", ()):  # an error with many entries: one line each, then the summary
+            print(f"qcc: {exc.kind}: {line}", file=sys.stderr)
         print(f"qcc: {exc.kind}: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import tokenize
 import zipfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -105,3 +107,150 @@ def all_finite(array: np.ndarray, chunk: int = 1 << 20) -> bool:
     """np.isfinite(array).all() in chunks: no whole-array temporary (calibration memory stays flat)."""
     flat = array.reshape(-1)
     return all(bool(np.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.size, chunk))
+
+
+def static_batch(model: Model, source: str) -> int | None:
+    """The batch every input fixes (a torchvision export's 1), or None when the first axis is free."""
+    static = {v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)}
+    if len(static) > 1:
+        raise InvalidInputError(f"{source}: model inputs have different static batch sizes {sorted(static)}")
+    return int(static.pop()) if static else None
+
+
+def batching(model: Model, count: int, wanted: int, source: str, who: str) -> tuple[int, int]:
+    """(batch, usable samples) for running `model` on `count` samples in batches of `wanted`.
+
+    A static batch dimension wins; samples beyond a multiple of it are dropped (the caller says so).
+    Errors name the data (`source`) and who reads it (`who`: "--eval", "pass 'sensitivity'").
+    """
+    if count == 0:
+        raise InvalidInputError(f"{source}: no samples ({who})")
+    batch = static_batch(model, source)
+    if batch is None:
+        return min(wanted, count), count
+    if count < batch:
+        raise InvalidInputError(f"{source}: {count} sample(s), but the model's batch dimension is {batch} ({who})")
+    return batch, count - count % batch
+
+
+# ----------------------------------------------------------------------------- Python-native data
+class DataStream:
+    """Data given as batches: an iterable of dicts of arrays (e.g. a torch DataLoader), or a
+    callable returning one (called again for every pass over the data).
+
+    Batches are read one at a time (never all at once); `take(n)` collects the first `n` samples
+    for what needs several passes over a few samples (sensitivity).
+    """
+
+    def __init__(self, source: Any, name: str, input_names: Sequence[str] = ()) -> None:
+        self.source = source
+        self.name = name
+        self.input_names = tuple(input_names)
+        self._used = False
+
+    def batches(self) -> Iterator[dict[str, np.ndarray]]:
+        """Each batch as arrays by key (`labels` included when the data has them)."""
+        if callable(self.source):
+            iterable = self.source()
+        elif self._used and iter(self.source) is self.source:
+            raise UsageError(f"{self.name}: a one-shot iterator cannot be read twice; pass a list, a DataLoader "
+                             "or a callable returning a new iterator")
+        else:
+            iterable = self.source
+        self._used = True
+        for item in iterable:
+            yield to_arrays(item, self.name, self.input_names)
+
+    def take(self, count: int) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {}
+        have = 0
+        for batch in self.batches():
+            for key, array in batch.items():
+                parts.setdefault(key, []).append(array[: count - have])
+            have += len(next(iter(batch.values())))
+            if have >= count:
+                break
+        if not parts:
+            raise InvalidInputError(f"{self.name}: no batches")
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def to_arrays(item: Any, name: str, input_names: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """One batch as numpy arrays: a dict, a (inputs..., labels) tuple as a DataLoader of a
+    TensorDataset yields, or one array; torch tensors are converted."""
+    if isinstance(item, dict):
+        return {str(k): _numpy(v, name) for k, v in item.items()}
+    if isinstance(item, (tuple, list)):
+        arrays = [_numpy(v, name) for v in item]
+        inputs = list(input_names) or [f"input{i}" for i in range(len(arrays))]
+        if len(arrays) == len(inputs) + 1:
+            return {**dict(zip(inputs, arrays[:-1])), "labels": arrays[-1]}
+        if len(arrays) == len(inputs):
+            return dict(zip(inputs, arrays))
+        raise InvalidInputError(f"{name}: a batch of {len(arrays)} items for a model with {len(inputs)} input(s) "
+                                "(expected the inputs, optionally followed by labels)")
+    array = _numpy(item, name)
+    return {input_names[0] if input_names else "input0": array}
+
+
+def _numpy(value: Any, name: str) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if array.dtype.hasobject:
+        raise InvalidInputError(f"{name}: a batch holds Python objects, not arrays")
+    return array
+
+
+def open_data(data: Any, what: str, input_names: Sequence[str] = ()) -> tuple[dict[str, np.ndarray] | DataStream, str]:
+    """Calibration/evaluation data as given to qcc.compile: a path (.npz), a dict of arrays, an
+    iterable of batches or a callable returning one. Returns (arrays or a stream, its name)."""
+    if isinstance(data, (str, os.PathLike)):
+        return load_npz(data), os.fspath(data)
+    if isinstance(data, dict):
+        return {str(k): _numpy(v, what) for k, v in data.items()}, f"{what} (dict)"
+    if callable(data) or hasattr(data, "__iter__"):
+        name = f"{what} ({type(data).__name__})"
+        return DataStream(data, name, input_names), name
+    raise UsageError(f"{what}: expected a .npz path, a dict of arrays, an iterable of batches or a callable "
+                     f"returning one; got {type(data).__name__}")
+
+
+def bound_batches(model: Model, data: dict[str, np.ndarray] | DataStream, source: str, batch: int,
+                  who: str) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
+    """(feeds, labels) in batches of `batch` samples (a static batch dimension wins), checked by
+    `bind_inputs`; a stream is re-cut batch by batch, never held whole."""
+    if isinstance(data, dict):
+        feeds, labels = bind_inputs(model, data, source)
+        count = len(next(iter(feeds.values()))) if feeds else 0
+        size, usable = batching(model, count, batch, source, who)
+        for start in range(0, usable, size):
+            yield ({k: v[start:start + size] for k, v in feeds.items()},
+                   None if labels is None else labels[start:start + size])
+        return
+    fixed = static_batch(model, source)
+    size = fixed or batch
+    pending: list[tuple[dict[str, np.ndarray], np.ndarray | None]] = []
+    held = 0
+    for arrays in data.batches():
+        feeds, labels = bind_inputs(model, arrays, source)
+        pending.append((feeds, labels))
+        held += len(next(iter(feeds.values())))
+        while held >= size or (fixed is None and pending and held):
+            out, pending, held = _cut(pending, size if fixed else held)
+            yield out
+    if held and fixed is None:
+        out, pending, held = _cut(pending, held)
+        yield out
+
+
+def _cut(pending: list[tuple[dict[str, np.ndarray], np.ndarray | None]], size: int) -> tuple[
+        tuple[dict[str, np.ndarray], np.ndarray | None], list[tuple[dict[str, np.ndarray], np.ndarray | None]], int]:
+    """The first `size` samples of the pending batches, and what is left."""
+    feeds = {k: np.concatenate([p[0][k] for p in pending]) for k in pending[0][0]}
+    labelled = all(p[1] is not None for p in pending)
+    labels = np.concatenate([p[1] for p in pending if p[1] is not None]) if labelled else None
+    head = ({k: v[:size] for k, v in feeds.items()}, None if labels is None else labels[:size])
+    rest_count = len(next(iter(feeds.values()))) - size
+    rest = [({k: v[size:] for k, v in feeds.items()}, None if labels is None else labels[size:])] if rest_count else []
+    return head, rest, rest_count

@@ -41,13 +41,13 @@ METHODS = ("minmax", "percentile", "entropy", "mse")
 class CompileOptions:
     target: str | None = None
     quantize: str = "none"
-    calib: str | None = None
+    calib: Any = None  # a .npz path, a dict of arrays, an iterable of batches, a callable returning one
     method: str | None = None  # None: the scheme's default (qcc.pipelines.default_method)
     per_tensor: bool = False
     settings: str | None = None
     overrides: Sequence[str] = ()
     passes: str | None = None
-    eval: str | None = None
+    eval: Any = None  # as calib
     report: str | None = None
     network: str | None = None
     executor: str | None = None
@@ -60,10 +60,16 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    progress: bool | None = None  # progress bars on stderr (None: when it is a terminal)
+    nodes_to_exclude: tuple[str, ...] = ()  # onnxruntime's names (qcc.ort_options): nodes left in float
+    op_types_to_quantize: tuple[str, ...] | None = None
+    example_inputs: Any = None  # for an in-memory torch.nn.Module
+    plots: str | None = None  # with eval: PNG plots into this directory (qcc.debug_plots)
 
 
 def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **options: Any) -> Model:
     """Load a model file (by extension) or an in-memory framework model."""
+    from qcc.flags import check_load_flags
     from qcc.plugins import frontend_for, registry
 
     if not isinstance(path, (str, os.PathLike)):
@@ -77,6 +83,7 @@ def load(path: str | os.PathLike[str] | Any, frontend: str | None = None, **opti
     if not Path(text).exists():
         raise UsageError(f"{text}: no such file")
     fe = frontend_for(text, frontend)
+    check_load_flags(fe, text, options)
     clean = {k: v for k, v in options.items() if v is not None}
     try:
         return fe.load(text, **clean)  # type: ignore[no-any-return]
@@ -98,11 +105,15 @@ def compile(
     **options: Any,
 ) -> tuple[Model, dict[str, Any]]:
     """Compile like `qcc compile`; returns the compiled model and the report dictionary."""
+    from qcc.ort_options import translate
+
+    options = translate(options)
     try:
         return _compile(model, output, target, passes, instruments, **options)
     except (InvalidInputError, UnsupportedError, InternalError) as exc:
         # about the model's content: name the model unless the message names one of the files involved
-        files = [os.fspath(options[k]) for k in ("calib", "settings", "eval", "report") if options.get(k)]
+        files = [os.fspath(options[k]) for k in ("calib", "settings", "eval", "report")
+                 if isinstance(options.get(k), (str, os.PathLike))]
         source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
         raise (naming(exc, source, os.fspath(output), *files) if source else exc) from exc.__cause__
 
@@ -115,18 +126,28 @@ def _compile(
     instruments: Sequence[Instrument],
     **options: Any,
 ) -> tuple[Model, dict[str, Any]]:
+    from qcc.flags import check_choices, check_output_extension, check_pipeline_flags
+
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
-    if opts.quantize not in SCHEMES:
-        raise UsageError(f"--quantize {opts.quantize!r}: choose one of {', '.join(SCHEMES)}")
-    if opts.method is not None and opts.method not in METHODS:
-        raise UsageError(f"--method {opts.method!r}: choose one of {', '.join(METHODS)}")
+    check_choices(opts, SCHEMES, METHODS)
+    check_pipeline_flags(opts, passes is not None)
     out = os.fspath(output)
     backend, target_opts = resolve_target(out, opts)
+    check_output_extension(out, backend, bool(opts.target))
     constraints = backend.constraints(target_opts)
+    from qcc.progress import progress_bar
+
+    progress = sys.stderr.isatty() if opts.progress is None else opts.progress
     if isinstance(model, Model):
         loaded = model
-    else:
-        loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+    else:  # a bar without a total: torch.export of a large module takes a while
+        with progress_bar(1, "load", progress and not isinstance(model, Model), unit="model") as bar:
+            if isinstance(model, (str, os.PathLike)):
+                loaded = load(model, network=opts.network, executor=opts.executor, batch_size=opts.batch_size)
+            else:  # an in-memory framework model (a torch.nn.Module with example_inputs=...)
+                loaded = load(model, example_inputs=opts.example_inputs, batch_size=opts.batch_size)
+            if bar:
+                bar(1)
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 
@@ -138,14 +159,28 @@ def _compile(
     else:
         pipeline = build_passes(default_pipeline(opts.quantize, opts))
     explicit = passes is not None or opts.passes is not None
+    if opts.nodes_to_exclude or opts.op_types_to_quantize is not None:
+        from qcc.ort_options import exclusion_pass
+
+        if opts.quantize == "none":
+            raise UsageError("nodes_to_exclude= / op_types_to_quantize= have no effect without quantize=SCHEME")
+        after_folding = 1 if pipeline and pipeline[0].name == "fold-bn" else 0  # node names survive folding
+        pipeline.insert(after_folding, exclusion_pass(opts.nodes_to_exclude, opts.op_types_to_quantize))
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
-    ctx = PassContext(target=constraints, calib_name=str(opts.calib or "calibration data"),
-                      overrides=tuple(opts.overrides), progress=sys.stderr.isatty())
-    if opts.calib:
-        from qcc.data import load_npz
+    ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress)
+    input_names = [v.name for v in loaded.graph.inputs]
+    if opts.calib is not None:
+        from qcc.data import open_data
 
-        ctx.calib_data = load_npz(opts.calib)
+        ctx.calib_data, ctx.calib_name = open_data(opts.calib, "calibration data", input_names)
+    eval_data, eval_name = None, ""
+    if opts.eval is not None:
+        from qcc.data import open_data
+        from qcc.evaluation import check_eval_data
+
+        eval_data, eval_name = open_data(opts.eval, "evaluation data", input_names)
+        check_eval_data(loaded, eval_data, eval_name)  # bad --eval data leaves no output behind
     insts: list[Instrument] = list(instruments)
     timer = TimePasses() if opts.time_passes else None
     if timer:
@@ -154,15 +189,22 @@ def _compile(
         insts.append(PrintAfterAll())
     if opts.dump_ir:
         insts.append(DumpIR(Path(opts.dump_ir)))
-    reference = copy.deepcopy(loaded) if opts.eval else None  # the float model, for --eval
+    reference = copy.deepcopy(loaded) if eval_data is not None else None  # the float model, for --eval
     result = PassManager(pipeline, verify=opts.verify_each, instruments=insts).run(loaded, ctx)
     compiled = result.model
-    if reference is not None:  # before writing: bad --eval data must leave no output behind
-        from qcc.reporting import evaluate
-
-        # legalization ran in the pipeline: the model evaluated here is the model written below
-        ctx.report["eval"] = evaluate(reference, compiled, str(opts.eval), integer_affine=constraints.integer_affine)
     written = backend.write(compiled, out, target_opts)
+    if reference is not None:
+        from qcc.evaluation import eval_written
+
+        # the written file in its runtime, and qcc's simulator of the same (legalized) model
+        ctx.report["eval"], warnings = eval_written(reference, compiled, eval_data, eval_name, backend, out,
+                                                    target_opts, constraints.integer_affine, progress)
+        for line in warnings:
+            ctx.note("warnings", line)
+        if opts.plots:
+            from qcc.debug_plots import write_plots
+
+            ctx.report["plots"] = write_plots(reference, compiled, eval_data, eval_name, opts.plots)
     for entry in written.float_fallbacks:
         ctx.note("float_fallbacks", entry)
     if written.summary:

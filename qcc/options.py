@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 import attrs
@@ -144,3 +144,13 @@ def make_parser(hint: Any, where: str) -> Callable[[str], Any]:
                 raise fail(text, f"a {hint.__name__}") from None
         return parse_number
     return str
+
+
+def choice_error(flag: str, value: str, choices: Sequence[str]) -> UsageError:
+    """`--flag VALUE` outside `choices`: one line with the closest choice (difflib), case ignored."""
+    import difflib
+
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(str(value).lower(), list(lowered), n=1, cutoff=0.5)
+    hint = f"; did you mean {lowered[close[0]]!r}?" if close else ""
+    return UsageError(f"{flag} {value!r} is not one of {', '.join(choices)}{hint}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qcc.ir.core import Model, Value
+from qcc.ir.core import Model
 from qcc.ir.types import Float32, storage_bytes
 
 FLOAT_DTYPES = ("float32", "float64", "float16")
@@ -75,39 +75,3 @@ def float_fallbacks(model: Model) -> list[dict[str, Any]]:
                 else f"no pass of the pipeline ({pipeline}) annotated it")
             out.append({"tensor": v.name, "kind": "parameter" if v.is_const else "activation", "reason": reason})
     return out
-
-
-def evaluate(reference: Model, compiled: Model, path: str, batch_size: int = 32,
-             integer_affine: bool = False) -> dict[str, Any]:
-    """--eval: top-1 of the float and the quantized (simulated) model, agreement, output SQNR.
-
-    The quantized side runs what run_model(quantized=True) runs (bit-exact integer kernels for an
-    all fixed-point model), or, with `integer_affine` (a target that computes affine models in
-    integers: c), qcc.sim.affine_int for an all-affine model. Every tensor's SQNR against the
-    float model, matched by name, goes into its report entry as `eval_sqnr_db` (the layer at
-    fault is where it drops).
-    """
-    from qcc.data import bind_inputs, load_npz
-    from qcc.sim.affine_int import AffineRunner, is_affine_model
-    from qcc.sim.compare import compare
-
-    feeds, labels = bind_inputs(reference, load_npz(path), path)
-    integer = integer_affine and is_affine_model(compiled)
-    runner = (lambda model, observer: AffineRunner(model, observer=observer)) if integer else None
-    cmp = compare(reference, compiled, feeds, labels, batch_size=batch_size, make_interpreter=runner)
-    for value in compiled.graph.values():
-        if value.name in cmp.noise:
-            _report_of(value)["eval_sqnr_db"] = _rounded(cmp.tensor_sqnr(value.name))
-    result = cmp.summary()
-    result["data"] = path
-    result["arithmetic"] = "integer affine (qcc.sim.affine_int)" if integer else "qcc.sim.run_model(quantized=True)"
-    return result
-
-
-def _report_of(value: Value) -> dict[str, Any]:
-    entry: dict[str, Any] = value.meta.setdefault("report", {})
-    return entry
-
-
-def _rounded(x: float | None) -> float | None:
-    return None if x is None else round(x, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from qcc.ir.core import Model
@@ -11,6 +12,8 @@ MISSING = object()
 
 
 def print_compile_summary(model: Model, report: dict[str, Any]) -> None:
+    for warning in report.get("warnings", []):  # on stderr, one line each, like errors
+        print(f"qcc: warning: {warning}", file=sys.stderr)
     graph = model.graph
     pipeline = ",".join(report.get("pipeline", [])) or "(none)"
     print(f"qcc: compiled {report.get('output')} [target {report.get('target')}]: "
@@ -39,7 +42,23 @@ def print_compile_summary(model: Model, report: dict[str, Any]) -> None:
               f"{_db(sens.get('output_sqnr_db'))} promoting {sens.get('promoted') or 'nothing'}")
     ev = report.get("eval")
     if ev:
-        print("  eval: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in ev.items()))
+        print_eval(ev)
+
+
+def print_eval(ev: dict[str, Any]) -> None:
+    """Two lines: qcc's simulator against the float model, and the written file in its runtime."""
+    print(f"  eval: {ev.get('data')} ({ev.get('samples')} samples) in qcc's simulator [{ev.get('arithmetic')}]: "
+          f"accuracy float {_acc(ev.get('float_accuracy'))} -> quantized {_acc(ev.get('quantized_accuracy'))}, "
+          f"top-1 agreement {_acc(ev.get('agreement'))}, output SQNR {_db(ev.get('output_sqnr_db'))} dB")
+    rt = ev.get("runtime")
+    if rt:
+        print(f"  eval: the written file in {rt['name']}: accuracy {_acc(rt.get('accuracy'))}, top-1 agreement "
+              f"with the simulator {_acc(rt.get('agreement_with_simulator'))}, output SQNR vs the simulator "
+              f"{_db(rt.get('sqnr_vs_simulator_db'))} dB, vs float {_db(rt.get('sqnr_vs_float_db'))} dB")
+
+
+def _acc(value: Any) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _print_tensors(tensors: list[dict[str, Any]]) -> None:
@@ -47,20 +66,19 @@ def _print_tensors(tensors: list[dict[str, Any]]) -> None:
     if not rows:
         return
     rows.sort(key=lambda t: _sort_key(t.get("eval_sqnr_db", t.get("sqnr_db", MISSING))))
-    print(f"  {'activation':<24} {'type':<34} {'range':>20} {'clip':>8} {'SQNR dB':>8} {'eval dB':>8}")
-    for t in rows[:MAX_TENSOR_LINES]:
+    shown = rows[:MAX_TENSOR_LINES]
+    width = max(len("activation"), *(len(t["name"]) for t in shown))  # names are never cut
+    type_width = max(len("type"), *(len(t["type"]) for t in shown))
+    print(f"  {'activation':<{width}} {'type':<{type_width}} {'range':>20} {'clip':>8} {'SQNR dB':>8} {'eval dB':>8}")
+    for t in shown:
         rng = t.get("range")
         rng_text = f"[{rng[0] + 0.0:.3g}, {rng[1] + 0.0:.3g}]" if rng else ""
         clip = t.get("clip_fraction")
         clip_text = f"{100 * clip:.2f}%" if isinstance(clip, (int, float)) else ""
-        print(f"  {t['name'][:24]:<24} {_short(t['type']):<34} {rng_text:>20} {clip_text:>8} "
+        print(f"  {t['name']:<{width}} {t['type']:<{type_width}} {rng_text:>20} {clip_text:>8} "
               f"{_db(t.get('sqnr_db', MISSING)):>8} {_db(t.get('eval_sqnr_db', MISSING)):>8}")
     if len(rows) > MAX_TENSOR_LINES:
         print(f"  ... {len(rows) - MAX_TENSOR_LINES} more activations (see --report)")
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 34 else text[:31] + "..."
 
 
 def _db(value: Any) -> str:

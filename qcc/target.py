@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
 from qcc.errors import UsageError
 from qcc.ir.core import Model
 from qcc.options import OptionInfo, build_options, option_infos
+
+if TYPE_CHECKING:
+    from qcc.runtimes.base import Runtime
 
 
 @attrs.frozen
@@ -92,6 +95,10 @@ class Backend:
 
     name: ClassVar[str] = ""
     extensions: ClassVar[tuple[str, ...]] = ()
+    """Extensions that choose this target when --target is not given."""
+    file_extensions: ClassVar[tuple[str, ...] | None] = None
+    """Extensions of the files it writes when chosen by name (None: `extensions`); `-o` with another
+    target's extension is a usage error."""
     writes_directory: ClassVar[bool] = False
     requires: ClassVar[tuple[str, ...]] = ()
     """Passes that must have run (a backend that needs e.g. a memory plan names its pass)."""
@@ -135,6 +142,11 @@ class Backend:
 
     def memory_plan(self, options: Any) -> str | None:
         """The pipeline spec of the memory plan this target's runtime uses (None: none)."""
+        return None
+
+    def runtime(self, out: str | os.PathLike[str], options: Any, model: Model | None = None) -> Runtime | None:
+        """How a file this target wrote is run (qcc.runtimes), for --eval and `qcc run`/`qcc eval`;
+        `model` (the compiled IR, when known) sets the declared tolerance. None: no runtime here."""
         return None
 
     def write(self, model: Model, out: str | os.PathLike[str], options: Any = None) -> WriteResult:
@@ -182,6 +194,14 @@ class LegacyBackend(Backend):
     def serialize(self, model: Model, out: str | os.PathLike[str], options: Any) -> WriteResult:
         returned = self.wrapped.write(model, out)
         return WriteResult(tuple(returned or ()))
+
+
+def is_quantized(model: Model | None) -> bool:
+    """Any value annotated with a non-float type (what decides a runtime's declared tolerance)."""
+    from qcc.ir.types import Float32
+
+    return model is not None and any(v.quant is not None and not isinstance(v.quant, Float32)
+                                     for v in model.graph.values())
 
 
 def as_backend(obj: Any) -> Backend:

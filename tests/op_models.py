@@ -28,7 +28,6 @@ BUILDERS: dict[str, Build] = {
     "Conv": lambda g, x, c: g.add("Conv", x, c("w", 4, 4, 3, 3), c("b", 4), pads=[1, 1, 1, 1]),
     "ConvTranspose": lambda g, x, c: g.add("ConvTranspose", x, c("w", 4, 4, 3, 3), c("b", 4)),
     "Dense": lambda g, x, c: g.add("Dense", g.add("Flatten", x), c("w", 256, 10), c("b", 10)),
-    "MatMul": lambda g, x, c: g.add("MatMul", g.add("Flatten", x), c("w", 256, 10)),
     "BatchNorm": lambda g, x, c: g.add("BatchNorm", x, *(c(k, 4, low=0.5) for k in ("s", "b", "m", "v"))),
     "MaxPool": lambda g, x, c: g.add("MaxPool", x, kernel=[2, 2], strides=[2, 2]),
     "AvgPool": lambda g, x, c: g.add("AvgPool", x, kernel=[2, 2], strides=[2, 2]),
@@ -50,6 +49,18 @@ BUILDERS: dict[str, Build] = {
     "ReduceMax": lambda g, x, c: g.add("ReduceMax", x, axes=[2, 3], keepdims=True),
     "Clip": lambda g, x, c: g.add("Clip", x, min=0.2, max=1.0),
     "Gelu": lambda g, x, c: g.add("Gelu", x, approximate="tanh"),  # nnabla's GELU is this one
+    "ReduceL2": lambda g, x, c: g.add("ReduceL2", x, axes=[2, 3], keepdims=True),
+    "PRelu": lambda g, x, c: g.add("PRelu", x, c("slope", 4, 1, 1)),
+    "LayerNorm": lambda g, x, c: g.add("LayerNorm", x, c("s", 8), c("b", 8), axis=-1),
+    "GroupNorm": lambda g, x, c: g.add("GroupNorm", x, c("s", 4), c("b", 4), num_groups=2),
+    "InstanceNorm": lambda g, x, c: g.add("InstanceNorm", x, c("s", 4), c("b", 4)),
+    "Resize": lambda g, x, c: g.add("Resize", x, sizes=[1, 4, 16, 16], scales=[1.0, 1.0, 2.0, 2.0],
+                                    coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+    "DepthToSpace": lambda g, x, c: g.add("DepthToSpace", x, blocksize=2),
+    "SpaceToDepth": lambda g, x, c: g.add("SpaceToDepth", x, blocksize=2),
+    "TopK": lambda g, x, c: list(g.add_node("TopK", [x], {"k": 2, "axis": 1}).outputs),
+    "Gather": lambda g, x, c: g.add("Gather", x, axis=1, indices=[2, 0], indices_shape=[2]),
+    "MatMul": lambda g, x, c: g.add("MatMul", x, g.add("Transpose", x, perm=[0, 1, 3, 2])),
 }
 
 

@@ -20,8 +20,9 @@ INTEGER_OPS = frozenset({"QGemm", "QAttention", "ConvInteger", "MatMulInteger", 
                          "DynamicQuantizeLinear", "QuantizeLinear"})
 """Ops (besides QLinear*) that compute on integers in ONNX Runtime's optimized graph."""
 MOVES = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Split",
-                   "Slice", "Gather", "Resize", "Pad", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth"})
-"""Ops that only move values: integer or float like their first input."""
+                   "Slice", "Gather", "Resize", "Pad", "GlobalMaxPool", "DepthToSpace", "SpaceToDepth", "ReduceMax",
+                   "ArgMax"})
+"""Ops that only move or compare values: integer or float like their first input."""
 
 
 def batches(feeds: dict[str, np.ndarray], size: int) -> Iterator[dict[str, np.ndarray]]:

@@ -364,9 +364,9 @@ def test_squeezenet_fixed8_is_bit_exact(tmp_path: Path) -> None:
 def test_unsupported_op_fails_before_writing(tmp_path: Path) -> None:
     g = Graph("bad")
     x = g.add_input("x", TensorType("float32", (1, 4)))
-    g.outputs = [g.add("ReduceMean", g.add("Relu", x, name="r"), name="mean_it", axes=[1])]
+    g.outputs = [g.add("LogSoftmax", g.add("Relu", x, name="r"), name="log_it")]
     out = tmp_path / "bad"
-    with pytest.raises(UnsupportedError, match=r"ReduceMean \(node 'mean_it'\)"):
+    with pytest.raises(UnsupportedError, match=r"LogSoftmax \(node 'log_it'\)"):
         BACKEND.write(Model(g), out)
     assert not out.exists()
 

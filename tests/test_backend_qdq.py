@@ -213,12 +213,22 @@ def test_fixed_point_relu_becomes_an_exact_unsigned_requantization(storage: str)
     """Relu between equal signed zero-point-0 pairs (fixed point): Q(uint8) of the input's DQ, exact.
 
     'annotated' keeps every type as annotated, so there the Relu stays (in float).
+
+    The weights are kept within 7 bits: 'annotated' stores them int8, which onnxruntime runs in
+    its u8s8 kernels; on x86 without VNNI (AVX2) those add pairs of u8 x s8 products in int16
+    (VPMADDUBSW) and saturate once 2 * 255 * |w_q| > 32767, i.e. for |w_q| >= 65 (docs/backends.md,
+    storage). 7-bit weights make the integer result exact on every x86-64 CPU; the float QDQ run
+    (graph optimizations off) then differs from it at most by one output step where float
+    summation lands on the other side of a rounding boundary.
     """
     from qcc.backends.onnx_qdq import to_qdq
 
     model = _conv_relu(0, True)
     values = model.graph.value_map()
     values["conv"].quant = values["relu"].quant = FixedPoint(8, 4)
+    w = values["w"]
+    assert w.const is not None
+    w.const = np.clip(w.const, -63 * 0.02, 63 * 0.02).astype(np.float32)  # |w_q| <= 63 at scale 0.02
     proto, _ = to_qdq(model, storage=storage)
     onnx.checker.check_model(proto, full_check=True)
     relu_q = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("relu"))
@@ -231,8 +241,10 @@ def test_fixed_point_relu_becomes_an_exact_unsigned_requantization(storage: str)
     x = np.random.default_rng(1).standard_normal((8, 2, 5, 5)).astype(np.float32) * 4
     sim = run_batched(model, {"x": x}, quantized=True)["relu"]
     data = proto.SerializeToString()
-    assert np.array_equal(ort_quant.run(data, {"x": x}, optimize=False), ort_quant.run(data, {"x": x}))
-    assert np.abs(ort_quant.run(data, {"x": x}) - sim).max() <= 2.0 ** -4 * 1.001
+    integer, as_written = ort_quant.run(data, {"x": x}), ort_quant.run(data, {"x": x}, optimize=False)
+    step = 2.0 ** -4
+    assert np.abs(integer - as_written).max() <= step * 1.001 and np.mean(integer != as_written) < 0.01
+    assert np.abs(integer - sim).max() <= step * 1.001
     if storage == "ort":
         assert not ort_quant.float_ops(data)
 

@@ -241,9 +241,11 @@ def test_settings_errors_name_the_file_and_entries(nnps: dict[str, Path]) -> Non
         apply_settings(model, bad, "bad.yaml")
     message = str(err.value)
     assert message.startswith("bad.yaml: 7 bad entries")
-    for entry in ("variables.nope", "variables.x", "variables.y", "variables.@zoo/ReLU6_out",
-                  "variables.gconv/conv/W", "functions.@zoo/Nope", "functions.@zoo/Sigmoid"):
-        assert entry in message
+    lines = err.value.details  # type: ignore[attr-defined]  # one per line on stderr (issue 16)
+    for line, entry in zip(lines, ("variables.nope", "variables.x", "variables.y", "variables.@zoo/ReLU6_out",
+                                   "variables.gconv/conv/W", "functions.@zoo/Nope", "functions.@zoo/Sigmoid")):
+        assert line.startswith(f"bad.yaml: {entry}")
+    assert len(lines) == 7
     assert all(not v.meta.get("pinned") for v in model.graph.values())
     for text in ("- a\n- b\n", "variables: 3\n", "other: {}\n", "variables: [\n"):
         with pytest.raises(InvalidInputError, match=r"bad\.yaml"):

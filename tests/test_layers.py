@@ -3,9 +3,9 @@ passes/ and backends/ into qcc.passes / qcc.backends cannot hide a violation), l
 inside functions included.
 
 Layers, lowest first; a module may import its own layer and the ones below:
-  0 base      qcc.errors, limits, io, tables, archive, options, plugin_api, qcc.quant (numerics)
+  0 base      qcc.errors, limits, io, tables, archive, options, plugin_api, progress, qcc.quant (numerics)
   1 ir        qcc.ir
-  2 core      qcc.target, qcc.formats, qcc.sim, qcc.data
+  2 core      qcc.target, qcc.formats, qcc.sim, qcc.data, qcc.runtimes
   3 machinery qcc.pm, qcc.plan, qcc.plugins, qcc.builtin_plugin
   4 parts     qcc.frontends, qcc.passes, qcc.backends, qcc.pipelines
   5 driver    everything else under qcc/ (driver, api, cli, inspect, reporting, ...)
@@ -23,9 +23,9 @@ from tests.cli_util import ROOT
 
 LAYERS = [
     {"qcc.errors", "qcc.limits", "qcc.io", "qcc.tables", "qcc.archive", "qcc.options", "qcc.plugin_api",
-     "qcc.quant"},
+     "qcc.progress", "qcc.quant"},
     {"qcc.ir"},
-    {"qcc.target", "qcc.formats", "qcc.sim", "qcc.data"},
+    {"qcc.target", "qcc.formats", "qcc.sim", "qcc.data", "qcc.runtimes"},
     {"qcc.pm", "qcc.plan", "qcc.plugins", "qcc.builtin_plugin"},
     {"qcc.frontends", "qcc.passes", "qcc.backends", "qcc.pipelines"},
 ]

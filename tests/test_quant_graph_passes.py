@@ -229,7 +229,8 @@ def test_static_batch_of_one_and_progress(capsys: pytest.CaptureFixture[str]) ->
     finally:
         calibrate_module.collect = original
     assert calls == [1] and ctx.analyses.peek(CalibrationStats, model).samples == 5
-    assert "calibrate [" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "qcc calibrate" in err and "/5 [" in err  # a tqdm bar over the 5 samples (issue 16)
 
 
 def test_bad_calibration_data_is_a_clear_error() -> None:

@@ -119,7 +119,14 @@ def test_entropy_threshold_near_onnxruntime(name: str) -> None:
 
 def test_densenet_block_entropy_not_below_quantize_static(tmp_path: Path) -> None:
     """The DenseNet block ends in GlobalAveragePool -> Conv: before the guard, KL clipped 1.5% of
-    the pooled features (25.3 dB against quantize_static's 35.4)."""
+    the pooled features (25.3 dB against quantize_static's 35.4).
+
+    The ranges are what is compared, so both files run as written (QDQ in float, graph
+    optimizations off): onnxruntime's integer kernels differ between CPUs (quantize_static's int8
+    weights run its u8s8 kernels, AVX-512 VNNI here, int16 pair sums on AVX2), and moved its
+    model from 35.38 dB (AVX-512 VNNI) to 35.67 dB (AVX2 EPYC) while qcc's uint8 weights (u8u8)
+    gave 35.52 dB on both. In float the CPUs differ only in the summation order (~1e-6
+    relative), which flips the rounding of a vanishing share of values: 0.01 dB is ample."""
     from tests.densenet_like import densenet_block_bytes, densenet_block_data
 
     src = tmp_path / "block.onnx"
@@ -130,11 +137,11 @@ def test_densenet_block_entropy_not_below_quantize_static(tmp_path: Path) -> Non
     ref = ort_quant.run(src, feeds)
     out = tmp_path / "qcc.onnx"
     model, _ = qcc_compile(src, out, target="onnx-qdq", quantize="uint8", method="entropy", calib=str(calib))
-    ours = ort_quant.sqnr_db(ort_quant.run(out, feeds), ref)
+    ours = ort_quant.sqnr_db(ort_quant.run(out, feeds, optimize=False), ref)
     ort_out = tmp_path / "ort.onnx"
     with contextlib.redirect_stdout(io.StringIO()):
         ort_quant.quantize_static(src, ort_out, dict(np.load(calib)), "Entropy", per_channel=True)
-    theirs = ort_quant.sqnr_db(ort_quant.run(ort_out, feeds), ref)
-    assert ours >= theirs > 20, (ours, theirs)
+    theirs = ort_quant.sqnr_db(ort_quant.run(ort_out, feeds, optimize=False), ref)
+    assert ours >= theirs - 0.01 and theirs > 20, (ours, theirs)
     pooled = model.graph.value_map()["pooled"].meta["report"]
     assert pooled["method"] == "entropy" and pooled["clip_fraction"] < 5e-3

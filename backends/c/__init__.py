@@ -15,7 +15,8 @@ from qcc.backends.c.emit import Generated, generate
 
 from qcc.io import atomic_directory
 from qcc.ir.core import Model
-from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
+from qcc.runtimes.base import Runtime
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
 
 __all__ = ["BACKEND", "CBackend", "Generated", "generate"]
 
@@ -47,6 +48,16 @@ class CBackend(Backend):
 
         return op_support()
 
+    def runtime(self, out: str | os.PathLike[str], options: COptions, model: Model | None = None) -> Runtime | None:
+        """The directory built with its Makefile and run (None without a C compiler and make)."""
+        from qcc.runtimes import gcc
+        from qcc.runtimes.base import EXACT, FLOAT
+
+        if not gcc.available():
+            return None
+        # integer modes compute exactly what qcc.sim.fixed / qcc.sim.affine_int compute
+        return gcc.CBinary(out, EXACT if is_quantized(model) else FLOAT)
+
     def serialize(self, model: Model, out: str | os.PathLike[str], options: COptions) -> WriteResult:
         """Generate everything first (errors leave no output), then write the directory atomically.
 
@@ -57,7 +68,7 @@ class CBackend(Backend):
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)
-        return WriteResult()
+        return WriteResult(summary={"float_islands": list(generated.float_islands)} if generated.float_islands else {})
 
 
 BACKEND = CBackend()

@@ -11,14 +11,16 @@ from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 
 @attrs.frozen
 class CType:
-    """How a tensor is stored in C; float32 when neither `fixed` nor `affine` is set."""
+    """How a tensor is stored in C; float32 when neither `fixed` nor `affine` is set, int32
+    element indices with `index` (ArgMax, TopK: the same in every numeric mode)."""
 
     fixed: FixedPoint | None = None
     affine: Affine | None = None
+    index: bool = False
 
     @property
     def is_int(self) -> bool:
-        return self.fixed is not None or self.affine is not None
+        return self.fixed is not None or self.affine is not None or self.index
 
     @property
     def bits(self) -> int:
@@ -28,12 +30,16 @@ class CType:
 
     @property
     def name(self) -> str:
+        if self.index:
+            return "int32_t"
         if self.affine is not None:
             return f"{self.affine.dtype}_t"
         return "float" if self.fixed is None else f"int{self.fixed.bits}_t"
 
     @property
     def suffix(self) -> str:
+        if self.index:
+            return "idx"
         if self.affine is not None:
             return "q" + self.affine.dtype.replace("int", "")
         return "f32" if self.fixed is None else f"i{self.fixed.bits}"
@@ -80,6 +86,7 @@ def scale_params(x: CType, y: CType) -> list[str]:
 
 
 FLOAT = CType()
+INDEX = CType(index=True)
 
 
 def pow2(exp: int) -> str:

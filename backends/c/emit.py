@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 from qcc.backends.c.ctype import comment_text, string_literal
+from qcc.backends.c.kernels import movement as KM
 from qcc.backends.c.lower import (
     MAX_RANK,
     Arg,
@@ -11,8 +12,8 @@ from qcc.backends.c.lower import (
     Lowering,
     NumericMode,
     Ptr,
-    activations,
     c_identifier,
+    is_index,
     numel,
     static_shape,
 )
@@ -32,14 +33,16 @@ class Generated:
     mode: str
     layout: Layout
     arena_bytes: int
+    float_islands: tuple[dict[str, str], ...] = ()
+    """Nodes an integer mode computes in float32 between its stored tensors (report lines)."""
 
 
 def generate(model: Model, name: str) -> Generated:
     """All sources for one model; raises UnsupportedError before producing anything partial."""
     ident = c_identifier(name).lower()
     lw = Lowering(model, numeric_mode(model))
-    acts = activations(model)
-    align = max(lw.ctype(v).size for v in acts) if acts else 4
+    stored = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
+    align = max(lw.ctype(v).size for v in stored) if stored else 4
 
     def nbytes(value: Value) -> int:
         return lw.ctype(value).size * numel(value)
@@ -53,7 +56,10 @@ def generate(model: Model, name: str) -> Generated:
         "main.c": MAIN.replace("NAME", ident).replace("UPPER", ident.upper()),
         "Makefile": MAKEFILE.replace("NAME", ident),
     }
-    return Generated(files, ident, lw.mode.name, lay, lay.plan.total)
+    islands = tuple({"node": s.node.name, "op": s.node.op, "reason": f"computed in float32 between "
+                     f"{lw.mode.name} tensors (dequantized, float32 kernel, quantized)"}
+                    for s in lw.steps if lw.mode.computes_in_float(s.node))
+    return Generated(files, ident, lw.mode.name, lay, lay.plan.total, islands)
 
 
 def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
@@ -81,7 +87,8 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
                 value.quant or "float32"
             out_lines.append(f"    /* input {name}: {value.type} -> {stored} */" if inbound else
                              f"    /* output {name}: {stored} -> float32 */")
-            transfer = lw.mode.transfer(lw.kernels, value, inbound)
+            transfer = (KM.indices_out(lw.kernels), []) if is_index(value) else \
+                lw.mode.transfer(lw.kernels, value, inbound)
             if transfer is not None:
                 ends: tuple[Arg, Arg] = (flat, Ptr(value)) if inbound else (Ptr(value), flat)
                 fn, scaling = transfer
@@ -122,7 +129,8 @@ def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: NumericMod
             f"#define {key}_SIZE {numel(value)}",
             f"#define {key}_RANK {len(shape)}",
             f"#define {key}_SHAPE {{{', '.join(map(str, shape))}}}",
-            *mode.tensor_macros(key, value),
+            *([f'#define {key}_TYPE "int64 element indices (written as float)"'] if is_index(value)
+              else mode.tensor_macros(key, value)),
         ]
     return out
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import attrs
 import numpy as np
-from qcc.backends.c.ctype import CType, comment_text
+from qcc.backends.c.ctype import INDEX, CType, comment_text
 from qcc.backends.c.kernels.helpers import KernelSet
 
 from qcc.errors import UnsupportedError
@@ -73,9 +73,14 @@ def c_identifier(text: str) -> str:
 
 
 def activations(model: Model) -> list[Value]:
-    """Graph inputs and node outputs: what the numeric mode is decided on."""
+    """Graph inputs and node outputs: what the numeric mode is decided on (element indices, the
+    int64 outputs of ArgMax and TopK, are stored as int32 in every mode and decide nothing)."""
     graph = model.graph
-    return [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    return [v for v in (*graph.inputs, *(v for n in graph.nodes for v in n.outputs)) if not is_index(v)]
+
+
+def is_index(value: Value) -> bool:
+    return value.type.dtype == "int64" and value.const is None and value.producer() is not None
 
 
 def where(value: Value) -> str:
@@ -163,6 +168,11 @@ class NumericMode:
         tables and copies). Only meaningful for the integer modes."""
         return frozenset()
 
+    def computes_in_float(self, node: Node) -> bool:
+        """The node is a float island: an integer mode computes it in float32 between its stored
+        tensors (the compile report lists each one)."""
+        return self.integer and node.op in self.float_ops()
+
 
 class Lowering:
     """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""
@@ -179,7 +189,7 @@ class Lowering:
 
     # ------------------------------------------------------------ helpers
     def ctype(self, value: Value) -> CType:
-        return self.mode.ctype(value)
+        return INDEX if is_index(value) else self.mode.ctype(value)
 
     def unique(self, base: str) -> str:
         name = c_identifier(base)

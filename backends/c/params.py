@@ -39,10 +39,10 @@ def pool_params(lw: Lowering, node: Node) -> tuple[str, int]:
     return lw.struct("qcc_pool_t", f"qcc_p_{node.name}", geom), kernel[0] * kernel[1]
 
 
-def bcast_params(lw: Lowering, node: Node) -> str:
-    """The qcc_bcast_t of a binary node, "NULL" when both inputs have the output's shape."""
+def bcast_params(lw: Lowering, node: Node, always: bool = False) -> str:
+    """The qcc_bcast_t of a binary node, "NULL" when both inputs have the output's shape (unless `always`)."""
     sa, sb, out = static_shape(node.input(0)), static_shape(node.input(1)), static_shape(node.outputs[0])
-    if sa == out and sb == out:
+    if sa == out and sb == out and not always:
         return "NULL"
     rank = len(out)
     if rank > MAX_RANK:

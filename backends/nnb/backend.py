@@ -17,7 +17,8 @@ from qcc.errors import UsageError
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model
 from qcc.pm.base import Pass
-from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult
+from qcc.runtimes.base import EXACT, FLOAT, Runtime
+from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
 
 from .assemble import assemble
 from .format import NnbFile, write_nnb
@@ -129,6 +130,12 @@ class NnbBackend(Backend):
         from .lower import LOWERINGS
 
         return {"nnb": dict.fromkeys(LOWERINGS, "yes")}
+
+    def runtime(self, out: str | os.PathLike[str], options: NnbOptions, model: Model | None = None) -> Runtime:
+        """nnabla-c-runtime's nnablart when found, else qcc's emulation of the decoded file."""
+        from .runtime import nnb_runtime
+
+        return nnb_runtime(out, EXACT if is_quantized(model) else FLOAT)
 
     def serialize(self, model: Model, out: str | os.PathLike[str], options: NnbOptions) -> WriteResult:
         """Write the file; the functions computed in float because their operands' types differ

@@ -298,3 +298,25 @@ def _pad(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
 @lifts("Sum")
 def _sum(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     lf.node(fn, "ReduceSum", _ins(lf, fn), {"axes": list(args["axes"]), "keepdims": bool(args["keep_dims"])}, out=0)
+
+
+@lifts("PReLU")
+def _prelu(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    x = lf.value(fn.inputs[0])
+    count = int(np.prod(lf.nnb.variables[fn.inputs[1]].shape))
+    axis = int(args["base_axis"])
+    shape = (1,) if count == 1 else (count,) + (1,) * (x.type.rank - axis - 1)
+    lf.node(fn, "PRelu", [x, lf.reshaped(fn.inputs[1], shape)], out=0)
+
+
+@lifts("Unpooling")
+def _unpooling(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
+    """Each element repeated k times along the trailing axes: nearest Resize, index i // k."""
+    x = lf.value(fn.inputs[0])
+    kernel = [int(k) for k in args["kernel"]]
+    lead = x.type.rank - len(kernel)
+    sizes = [d if isinstance(d, int) else 0 for d in x.type.shape[:lead]] + [
+        int(d) * k for d, k in zip(x.type.shape[lead:], kernel)]
+    lf.node(fn, "Resize", [x], {"sizes": sizes, "scales": [1.0] * lead + [float(k) for k in kernel],
+                                "mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                                "nearest_mode": "floor"}, out=0)

@@ -13,6 +13,7 @@ qcc-chosen parameter types match before lowering.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -419,12 +420,12 @@ def _matmul(lw: Lowerer, node: Node) -> None:
     if w.is_const and w.type.rank == 2 and a.type.rank == 2 and not a.is_const:
         _dense(lw, node)
         return
-    if a.type.rank == w.type.rank == 3 and a.type.shape[0] == w.type.shape[0]:
+    if a.type.rank == w.type.rank >= 3 and lw.shape(a)[:-2] == lw.shape(w)[:-2]:
         lw.emit(node, "BatchMatmul", [lw.var(a, node), lw.var(w, node)], [lw.define(node.outputs[0])],
                 transpose_a=False, transpose_b=False)
         return
     raise unsupported(node, f"MatMul of shapes {a.type.shape} x {w.type.shape} (only x @ constant 2-D "
-                            "matrix or equal-batch 3-D BatchMatmul)")
+                            "matrix or BatchMatmul of equal batch axes)")
 
 
 @lowering("BatchNorm")
@@ -657,3 +658,5 @@ def _reduce(lw: Lowerer, node: Node) -> None:
 for _direct in nf.DIRECT:  # ops without a handler of their own: their function, if the runtime has it
     if _direct.op not in LOWERINGS and _direct.function in RUNTIME_IMPLEMENTED:
         LOWERINGS[_direct.op] = _unary(_direct.function, **_direct.args)
+
+importlib.import_module("qcc.backends.nnb.lower_layers")  # it adds its lowerings to LOWERINGS

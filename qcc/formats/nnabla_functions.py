@@ -35,6 +35,8 @@ PAIRS: tuple[tuple[str, str], ...] = (
     ("Softmax", "Softmax"), ("Dropout", "Dropout"), ("Concatenate", "Concat"), ("Reshape", "Reshape"),
     ("Transpose", "Transpose"), ("Pad", "Pad"), ("Slice", "Slice"),
     ("Mean", "ReduceMean"), ("Sum", "ReduceSum"), ("Max", "ReduceMax"),
+    ("PReLU", "PRelu"), ("LayerNormalization", "LayerNorm"), ("InstanceNormalization", "InstanceNorm"),
+    ("GroupNormalization", "GroupNorm"), ("Interpolate", "Resize"), ("Norm", "ReduceL2"),
 )
 """Functions that compute one IR op, arguments translated by each reader and writer."""
 
@@ -67,6 +69,7 @@ DIRECT: tuple[Direct, ...] = (
     Direct("Identity", "Identity"),
     Direct("GlobalAveragePooling", "GlobalAvgPool"),
     Direct("SoftPlus", "Softplus", {"beta": 1.0}),
+    Direct("Mish", "Mish"),
 )
 """Functions generic readers and writers map on their own (one line adds an op to all of them)."""
 
@@ -129,3 +132,20 @@ def scalar_function(op: str, scalar_left: bool) -> tuple[str, bool] | None:
     if op == "Sub" and not scalar_left:
         return "AddScalar", True
     return None
+
+
+INTERPOLATE_COORDINATES: Mapping[tuple[str, bool, bool, bool], str] = MappingProxyType({
+    ("linear", False, False, False): "asymmetric", ("linear", True, False, False): "align_corners",
+    ("linear", False, True, False): "half_pixel", ("nearest", False, False, False): "asymmetric",
+    ("nearest", True, False, False): "align_corners", ("nearest", False, True, False): "half_pixel",
+    ("nearest", False, False, True): "tf_half_pixel_for_nn",
+})
+"""nnabla Interpolate (mode, align_corners, half_pixel, half_pixel_for_nn) -> the ONNX coordinate
+transformation it computes (scales = output / input sizes; nearest indices are floored)."""
+
+
+def interpolate_coordinates(mode: str, align_corners: bool, half_pixel: bool, half_pixel_for_nn: bool) -> str | None:
+    """The ONNX coordinate mode of an Interpolate (half_pixel_for_nn wins for nearest); None: undefined."""
+    if mode == "nearest" and half_pixel_for_nn:
+        return "tf_half_pixel_for_nn"
+    return INTERPOLATE_COORDINATES.get((mode, bool(align_corners), bool(half_pixel), False))

@@ -24,7 +24,7 @@ class OnnxWriter:
 
     def __init__(self, model: Model, opset: int = OPSET) -> None:
         self.model = model
-        self.opset = opset
+        self.opset = opset_for(model, opset)
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._names: set[str] = {v.name for v in model.graph.values()}
@@ -50,6 +50,14 @@ class OnnxWriter:
         name = self.fresh(base)
         self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
         return name
+
+    def reshaped(self, name: str, value: Value, shape: tuple[int, ...]) -> str:
+        """A constant input under another shape (a new initializer); a computed one through a Reshape."""
+        if value.const is not None:
+            return self.const(f"{value.name}_{len(shape)}d", value.const.reshape(shape))
+        out = self.fresh(f"{value.name}_{len(shape)}d")
+        self.add("Reshape", [name, self.const(f"{out}_shape", np.array(shape, np.int64))], [out], f"{out}_reshape")
+        return out
 
     def add(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs: Any) -> None:
         from onnx import helper
@@ -86,7 +94,7 @@ for _ir, _onnx in {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": 
                    "Identity": "Identity", "Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div",
                    "Pow": "Pow", "Max": "Max", "Min": "Min", "MatMul": "MatMul",
                    "GlobalAvgPool": "GlobalAveragePool", "GlobalMaxPool": "GlobalMaxPool",
-                   "Softplus": "Softplus"}.items():
+                   "Softplus": "Softplus", "PRelu": "PRelu"}.items():
     EXPORTERS[_ir] = _same(_onnx)
 
 
@@ -274,7 +282,7 @@ def _slice(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     w.add("Slice", [ins[0], *parts], outs, node.name)
 
 
-@exporter("ReduceMean", "ReduceMax", "ReduceSum")
+@exporter("ReduceMean", "ReduceMax", "ReduceSum", "ReduceL2")
 def _reduce(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
     keep = int(node.attrs["keepdims"])
     if node.op == "ReduceSum" or w.opset >= 18:  # ReduceMean/ReduceMax take axes as an input from opset 18
@@ -282,6 +290,105 @@ def _reduce(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
         w.add(node.op, [ins[0], axes], outs, node.name, keepdims=keep)
     else:
         w.add(node.op, ins, outs, node.name, axes=node.attrs["axes"], keepdims=keep)
+
+
+@exporter("Mish")
+def _mish(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    if w.opset >= 18:
+        w.add("Mish", ins, outs, node.name)
+        return
+    soft, tanh = w.fresh(f"{node.name}_softplus"), w.fresh(f"{node.name}_tanh")
+    w.add("Softplus", ins, [soft], f"{node.name}_softplus")
+    w.add("Tanh", [soft], [tanh], f"{node.name}_tanh")
+    w.add("Mul", [ins[0], tanh], outs, node.name)
+
+
+@exporter("LayerNorm")
+def _layer_norm(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    x = node.input(0)
+    axis = node.attrs["axis"] % x.type.rank
+    scale = ins[1] if len(ins) > 1 and ins[1] else w.const(
+        f"{node.name}_scale", np.ones([int(d) for d in x.type.shape[axis:]], np.float32))
+    w.add("LayerNormalization", [ins[0], scale, *ins[2:3]], outs, node.name, axis=axis,
+          epsilon=node.attrs["epsilon"])
+
+
+@exporter("InstanceNorm")
+def _instance_norm(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    w.add("InstanceNormalization", ins, outs, node.name, epsilon=node.attrs["epsilon"])
+
+
+@exporter("GroupNorm")
+def _group_norm(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """InstanceNormalization of the (N, groups, -1) view, then the per-channel scale and bias
+    (ONNX's GroupNormalization changed its scale's meaning between opsets 18 and 21)."""
+    x = node.input(0)
+    groups, rank = int(node.attrs["num_groups"]), x.type.rank
+    channel = (-1,) + (1,) * (rank - 2)
+    grouped, normed, flat, scaled = (w.fresh(f"{node.name}_{s}") for s in ("grouped", "normed", "flat", "scaled"))
+    w.add("Reshape", [ins[0], w.const(f"{node.name}_groups", np.array([0, groups, -1], np.int64))], [grouped],
+          f"{node.name}_group")
+    w.add("InstanceNormalization", [grouped, w.const(f"{node.name}_ones", np.ones(groups, np.float32)),
+                                    w.const(f"{node.name}_zeros", np.zeros(groups, np.float32))], [normed],
+          f"{node.name}_normalize", epsilon=node.attrs["epsilon"])
+    shape = [0, *(int(d) for d in x.type.shape[1:])]
+    w.add("Reshape", [normed, w.const(f"{node.name}_shape", np.array(shape, np.int64))], [flat], f"{node.name}_ungroup")
+    w.add("Mul", [flat, w.reshaped(ins[1], node.input(1), channel)], [scaled], f"{node.name}_scale")
+    w.add("Add", [scaled, w.reshaped(ins[2], node.input(2), channel)], outs, node.name)
+
+
+@exporter("Resize")
+def _resize(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    """Scales when they give the output sizes (ONNX Runtime then uses them as they are), else sizes."""
+    a = node.attrs
+    shape = node.input(0).type.shape
+    exact = all(size == 0 or (isinstance(d, int) and math.floor(np.float32(s) * np.float32(d)) == size)
+                for d, size, s in zip(shape, a["sizes"], a["scales"]))
+    if exact:
+        inputs = [ins[0], "", w.const(f"{node.name}_scales", np.array(a["scales"], np.float32))]
+    else:
+        inputs = [ins[0], "", "", w.const(f"{node.name}_sizes", np.array(a["sizes"], np.int64))]
+    w.add("Resize", inputs, outs, node.name, mode=a["mode"], coordinate_transformation_mode=a["coordinate_transformation_mode"],
+          nearest_mode=a["nearest_mode"])
+
+
+@exporter("DepthToSpace", "SpaceToDepth")
+def _depth_space(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    extra = {"mode": node.attrs["mode"]} if node.op == "DepthToSpace" else {}
+    w.add(node.op, ins, outs, node.name, blocksize=node.attrs["blocksize"], **extra)
+
+
+@exporter("ArgMax")
+def _argmax(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    a = node.attrs
+    w.add("ArgMax", ins, outs, node.name, axis=a["axis"], keepdims=int(a["keepdims"]),
+          select_last_index=int(a["select_last_index"]))
+
+
+@exporter("TopK")
+def _topk(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    k = w.const(f"{node.name}_k", np.array([node.attrs["k"]], np.int64))
+    w.add("TopK", [ins[0], k], outs, node.name, axis=node.attrs["axis"], largest=int(node.attrs["largest"]), sorted=1)
+
+
+@exporter("Gather")
+def _gather(w: OnnxWriter, node: Node, ins: list[str], outs: list[str]) -> None:
+    from qcc.ir.ops.indexing import gather_indices
+
+    indices = w.const(f"{node.name}_indices", gather_indices(node))
+    w.add("Gather", [ins[0], indices], outs, node.name, axis=node.attrs["axis"])
+
+
+OPSET_NEEDED = {"LayerNorm": 17}
+"""IR ops whose ONNX form needs a newer opset than the writer's default."""
+
+
+def opset_for(model: Model, opset: int) -> int:
+    """The opset to write `model` at: at least `opset` and what its ops need."""
+    needed = [OPSET_NEEDED.get(n.op, 0) for n in model.graph.nodes]
+    needed += [19 for n in model.graph.nodes
+               if n.op == "Resize" and n.attrs["coordinate_transformation_mode"] == "half_pixel_symmetric"]
+    return max([opset, *needed])
 
 
 def value_info(value: Value) -> Any:

@@ -213,8 +213,12 @@ def apply_settings(model: Model, text: str, source: str = "settings.yaml") -> li
         else:
             implements.append((nodes[key], implement))
     if errors:
-        shown = "; ".join(errors[:20]) + (f" (+{len(errors) - 20} more)" if len(errors) > 20 else "")
-        raise InvalidInputError(f"{source}: {len(errors)} bad entr{'y' if len(errors) == 1 else 'ies'}: {shown}")
+        if len(errors) == 1:
+            raise InvalidInputError(f"{source}: 1 bad entry: {errors[0]}")
+        error = InvalidInputError(f"{source}: {len(errors)} bad entries, listed one per line above; the first: "
+                                  f"{errors[0]}")
+        error.details = [f"{source}: {e}" for e in errors]  # type: ignore[attr-defined]  # one line each (qcc.cli)
+        raise error
     for value, (quant, automatic) in pins:
         value.quant = quant
         value.meta["pinned"] = True

@@ -9,6 +9,7 @@ Every variable's shape is checked against the shape the file declares.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from qcc.formats import nnabla_functions as nf
 from qcc.formats.nnp import INTERNAL, NnpSource, pool_geometry
 from qcc.formats.nnp_archive import NnpContents, function_args, param_field, read_nnp
 from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.fusion import FUSED_OPS, fuse_gated_activations
 from qcc.ir.types import Affine, Dim, FixedPoint, QuantType, Sign, TensorType
 from qcc.ir.verify import verify_model
 from qcc.tables import check_emitted, emitted_ops, importer_registrar
@@ -644,6 +646,7 @@ def import_contents(contents: NnpContents, source: str = "<nnp>", network: str |
     for value in graph.values():
         limits.check_elements(value.type.numel(), f"variable {value.name!r}", source)
     graph.cleanup()
+    fuse_gated_activations(graph)
     used = {id(v) for n in graph.nodes for v in n.inputs if v is not None} | {id(v) for v in graph.outputs}
     dropped = [v.name for v in graph.inputs if id(v) not in used]
     graph.inputs = [v for v in graph.inputs if id(v) in used]
@@ -671,13 +674,16 @@ def load_nnp(path: str | os.PathLike[str], network: str | None = None, executor:
 class NnpFrontend:
     name = "nnp"
     extensions = (".nnp", ".nntxt")
+    load_options = ("network", "executor", "batch_size")
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an nnabla function imports as."""
-        return {"nnp import": {op: "yes" for op in emitted_ops(EMITS)}}
+        return {"nnp import": {op: "yes" for op in emitted_ops(EMITS) | FUSED_OPS}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
         return load_nnp(path, **options)
 
 
 FRONTEND = NnpFrontend()
+
+importlib.import_module("qcc.frontends.nnp_layers")  # it adds its importers to IMPORTERS

@@ -7,6 +7,7 @@ IR only holds real computation.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from qcc.frontends.onnx_tensors import (
 )
 from qcc.io import quiet_native_stderr, read_regular_file
 from qcc.ir.core import Graph, Model, Value
+from qcc.ir.fusion import FUSED_OPS, fuse_gated_activations
 from qcc.ir.types import DTYPES, TensorType
 from qcc.ir.verify import verify_model
 from qcc.tables import check_emitted, emitted_ops, importer_registrar
@@ -210,16 +212,6 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.bind(node.output[0], y)
 
 
-@importer("MatMul", emits=("Dense", "MatMul"))
-def _matmul(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
-    a = ctx.value(node.input[0])
-    assert a is not None
-    if ctx.is_const(node.input[1]) and a.type.rank == 2 and ctx.consts[node.input[1]].ndim == 2:
-        ctx.emit(node, "Dense", [a, ctx.value(node.input[1])])
-    else:
-        ctx.emit(node, "MatMul", [a, ctx.value(node.input[1])])
-
-
 @importer("BatchNormalization", emits=("BatchNorm",))
 def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
@@ -229,7 +221,7 @@ def _bn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
 
 _UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt",
           "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Reciprocal": "Reciprocal", "HardSwish": "HardSwish",
-          "Identity": "Identity", "Softplus": "Softplus"}
+          "Identity": "Identity", "Softplus": "Softplus", "Mish": "Mish"}
 
 
 @importer(*_UNARY, emits=_UNARY)
@@ -427,8 +419,8 @@ def _lrn(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     ctx.emit(node, "LRN", [ctx.value(node.input[0])], ir)
 
 
-@importer("ReduceMean", "ReduceSum", "ReduceMax",
-          emits={"ReduceMean": "ReduceMean", "ReduceSum": "ReduceSum", "ReduceMax": "ReduceMax"})
+@importer("ReduceMean", "ReduceSum", "ReduceMax", "ReduceL2",
+          emits={"ReduceMean": "ReduceMean", "ReduceSum": "ReduceSum", "ReduceMax": "ReduceMax", "ReduceL2": "ReduceL2"})
 def _reduce(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     x = ctx.value(node.input[0])
     assert x is not None
@@ -553,7 +545,7 @@ def _reference_eval(ctx: _Ctx, node: Any, op: str, ins: list[Any]) -> Any:
         raise InvalidInputError(f"{ctx.source}: cannot fold constant node {node.name!r} ({op}): {exc}") from None
 
 
-_FOLD_ONLY = ("Constant", "ConstantOfShape", "Gather", "Range", "Equal", "Where", "Expand", "Tile", "NonZero",
+_FOLD_ONLY = ("Constant", "ConstantOfShape", "Range", "Equal", "Where", "Expand", "Tile", "NonZero",
               "ReduceProd", "Floor", "Ceil")
 
 
@@ -675,6 +667,7 @@ def _import_proto(proto: Any, source: str, batch_size: int | None) -> Model:
             raise InvalidInputError(f"{source}: graph output {vi.name!r} is never computed")
     for value in graph.values():
         limits.check_elements(value.type.numel(), f"tensor {value.name!r}", source)
+    fuse_gated_activations(graph)
     model = Model(graph, metadata={"source": source, "source_format": "onnx", "onnx_opset": opset})
     problems = verify_model(model)
     if problems:
@@ -704,13 +697,17 @@ def _import_node(ctx: _Ctx, g: Any, node: Any, source: str) -> None:
 class OnnxFrontend:
     name = "onnx"
     extensions = (".onnx",)
+    load_options = ("batch_size",)  # what `qcc compile` may pass; any other loading flag is a usage error
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an ONNX op imports as."""
-        return {"onnx import": {op: "yes" for op in emitted_ops(EMITS)}}
+        return {"onnx import": {op: "yes" for op in emitted_ops(EMITS) | FUSED_OPS}}
 
     def load(self, path: str | os.PathLike[str], **options: Any) -> Model:
         return load_onnx(path, **options)
 
 
 FRONTEND = OnnxFrontend()
+
+for _module in ("qcc.frontends.onnx_layers", "qcc.frontends.onnx_matmul", "qcc.frontends.onnx_rnn"):
+    importlib.import_module(_module)  # they add their importers to IMPORTERS

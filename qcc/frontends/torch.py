@@ -139,6 +139,7 @@ class TorchFrontend:
 
     name = "torch"
     extensions = (".pt2",)
+    load_options = ("batch_size", "input_names")
 
     def op_support(self) -> dict[str, dict[str, str]]:
         """The support-matrix column: every IR op an ATen op imports as."""

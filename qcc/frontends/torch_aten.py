@@ -102,26 +102,6 @@ def _batch_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
     return y if ctx.op == "aten.batch_norm.default" else (y, None, None)
 
 
-@converts("aten.layer_norm.default", "aten.native_layer_norm.default",
-          emits=("ReduceMean", "Sub", "Mul", "Add", "Sqrt", "Div"))
-def _layer_norm(ctx: TorchCtx, a: dict[str, Any]) -> Any:
-    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape dims."""
-    x = ctx.value(a["input"])
-    axes = list(range(x.type.rank - len(a["normalized_shape"]), x.type.rank))
-    mean = ctx.emit("ReduceMean", x, axes=axes, keepdims=True, part="mean")
-    centered = ctx.emit("Sub", x, mean, part="center")
-    var = ctx.emit("ReduceMean", ctx.emit("Mul", centered, centered, part="square"), axes=axes, keepdims=True,
-                   part="var")
-    std = ctx.emit("Sqrt", ctx.emit("Add", var, ctx.value(float(a["eps"]), "eps"), part="var_eps"), part="std")
-    weight, bias = a["weight"], a["bias"]  # the last of normalize/scale/shift carries the site name
-    y = ctx.emit("Div", centered, std, part="normalize", main=weight is None and bias is None)
-    if weight is not None:
-        y = ctx.emit("Mul", y, ctx.value(weight, "weight"), part="scale", main=bias is None)
-    if bias is not None:
-        y = ctx.emit("Add", y, ctx.value(bias, "bias"), part="shift", main=True)
-    return y if ctx.op == "aten.layer_norm.default" else (y, None, None)
-
-
 # ----------------------------------------------------------------------------- dense layers
 def dense(ctx: TorchCtx, x: Value, w: Value, bias: Value | None) -> Value:
     """x @ w + b with a (K, M) weight: Dense when w is a constant (reshaping rank != 2), else MatMul."""

@@ -56,7 +56,7 @@ def converts(*keys: str, emits: Emits, keep_whole: bool = False) -> Callable[[Co
 
 
 def _load_converters() -> None:
-    for module in ("qcc.frontends.torch_aten", "qcc.frontends.torch_lstm"):  # they register converters
+    for module in ("qcc.frontends.torch_aten", "qcc.frontends.torch_lstm", "qcc.frontends.torch_layers"):
         importlib.import_module(module)
 
 
@@ -316,6 +316,9 @@ class TorchCtx:
         if main:
             self._main = node
         return node
+
+    def split(self, x: Value, axis: int, sizes: list[int], part: str) -> list[Value]:
+        return list(self.emit_node("Split", [x], {"axis": axis, "split": sizes}, part=part).outputs)
 
     def begin(self, site: Site, op: str) -> None:
         self.site, self.op = site, op

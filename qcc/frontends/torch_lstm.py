@@ -1,6 +1,7 @@
 """torch.nn.LSTM (aten.lstm.input) unrolled into IR ops, so every stage can be quantized on its own.
 
-Per layer, direction and time step t (names `<site>.l<layer>[_reverse].t<t>.<stage>`):
+Per layer, direction and time step t (names `<site>.l<layer>[_reverse].t<t>.<stage>`), the cell
+of `qcc.frontends.recurrent`:
   ih = Dense(x_t, W_ih^T, b_ih + b_hh)      hh = Dense(h_{t-1}, W_hh^T)      gates = ih + hh
   i, f, g, o = Split(gates) -> Sigmoid, Sigmoid, Tanh, Sigmoid (PyTorch's gate order)
   c_t = f * c_{t-1} + i * g                  h_t = o * Tanh(c_t)
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from qcc.frontends.recurrent import Cell, lstm_step
 from qcc.frontends.torch_aten import split
 from qcc.frontends.torch_fx import TorchCtx, converts
 from qcc.ir.core import Value
@@ -77,24 +79,10 @@ def _direction(ctx: TorchCtx, seq: list[Value], weights: list[np.ndarray], names
     w_ih_t = ctx.constant(np.ascontiguousarray(w_ih.T), f"{names[0] or tag + '.weight_ih'}_t")
     w_hh_t = ctx.constant(np.ascontiguousarray(w_hh.T), f"{names[1] or tag + '.weight_hh'}_t")
     b = ctx.constant(bias, (names[2] or f"{tag}.bias_ih").replace("bias_ih", "bias_ih_hh")) if bias is not None else None
+    cell = Cell(w_ih_t, w_hh_t, b, hidden)
     hs: list[Value] = [seq[0]] * len(seq)
     for t in (reversed(range(len(seq))) if reverse else range(len(seq))):
-        at = f"{tag}.t{t}"
-        gates = ctx.emit("Dense", seq[t], w_ih_t, b, part=f"{at}.ih")
-        if h is not None:
-            recur = ctx.emit("Dense", h, w_hh_t, part=f"{at}.hh")
-            gates = ctx.emit("Add", gates, recur, part=f"{at}.gates")
-        i, f, g, o = ctx.emit_node("Split", [gates], {"axis": 1, "split": [hidden] * 4}, part=f"{at}.split").outputs
-        i = ctx.emit("Sigmoid", i, part=f"{at}.i")
-        g = ctx.emit("Tanh", g, part=f"{at}.g")
-        o = ctx.emit("Sigmoid", o, part=f"{at}.o")
-        ig = ctx.emit("Mul", i, g, part=f"{at}.ig")
-        if c is None:
-            c = ig
-        else:
-            f = ctx.emit("Sigmoid", f, part=f"{at}.f")
-            c = ctx.emit("Add", ctx.emit("Mul", f, c, part=f"{at}.fc"), ig, part=f"{at}.c")
-        h = ctx.emit("Mul", o, ctx.emit("Tanh", c, part=f"{at}.tanh_c"), part=f"{at}.h")
+        h, c = lstm_step(ctx, f"{tag}.t{t}", seq[t], h, c, cell)
         hs[t] = h
     assert h is not None and c is not None
     return hs, h, c

@@ -133,6 +133,35 @@ class Graph:
     _node_names: set[str] = field(factory=set, alias="_node_names")
     _counter: Iterator[int] = field(factory=itertools.count, alias="_counter")
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Graph:
+        """An independent copy built value by value in graph order: the default deep copy follows
+        producers and use-lists recursively, which exceeds Python's recursion limit on deep graphs
+        (a ViT, a ResNet)."""
+        import copy
+
+        new = Graph(self.name, _names=set(self._names), _node_names=set(self._node_names),
+                    _counter=copy.deepcopy(self._counter))
+        memo[id(self)] = new
+
+        def clone(value: Value) -> Value:
+            if id(value) not in memo:
+                memo[id(value)] = Value(value.name, value.type, copy.deepcopy(value.const, memo), value.quant,
+                                        copy.deepcopy(value.meta, memo))
+            copied: Value = memo[id(value)]
+            return copied
+
+        new.inputs = [clone(v) for v in self.inputs]
+        new.constants = [clone(v) for v in self.constants]
+        for node in self.nodes:
+            inputs = [clone(v) if v is not None else None for v in node.inputs]
+            copied = Node.create(node.op, inputs, [clone(v) for v in node.outputs], copy.deepcopy(node.attrs, memo),
+                                 node.name)
+            copied.meta = copy.deepcopy(node.meta, memo)
+            memo[id(node)] = copied
+            new.nodes.append(copied)
+        new.outputs = [clone(v) for v in self.outputs]
+        return new
+
     # ------------------------------------------------------------------ naming
     def unique_name(self, base: str, node: bool = False) -> str:
         """A value (or node) name not used yet in this graph, derived from `base`."""

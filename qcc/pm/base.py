@@ -80,7 +80,8 @@ class PassContext:
     """
 
     analyses: AnalysisManager = attrs.field(factory=AnalysisManager)
-    calib_data: dict[str, Any] | None = None
+    calib_data: Any = None
+    """Arrays by input name (dict), or batches from Python (qcc.data.DataStream), or None."""
     calib_name: str = "calibration data"
     """How messages name the calibration data (its file, when it came from one)."""
     overrides: tuple[str, ...] = ()

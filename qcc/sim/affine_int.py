@@ -21,8 +21,15 @@ exactly this arithmetic; `run_affine_int` is the oracle its tests compare bit fo
 - Views, Transpose, Concat, Quantize: requantization (a copy when the annotations are equal).
 - Any elementwise op with one input (Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSwish, ...): a
   256-entry table built from the reference float32 kernel (`unary_table`): exact by construction.
-- Softmax and BatchNorm: dequantize to float32, compute in a fixed float32 operation order (exp is
-  the double result rounded once), quantize like a graph input.
+- PRelu: x >= 0 requantized by sx / sy, x < 0 by slope * sx / sy (a signed multiplier per slope
+  element; the slope itself stays float). MatMul (activation x activation, or a constant operand
+  quantized per tensor): int32 sums of (qa - za) * (qb - zb), requantized by sa * sb / sy.
+- ReduceSum/ReduceMean: the sum of (q - zx), requantized by sx / sy (/ count); ReduceMax: the
+  largest stored value, requantized. ArgMax/TopK compare stored values (ties: the lower index).
+- Gather, DepthToSpace, SpaceToDepth, nearest Resize, Slice and Split move stored values (requantized).
+- Softmax, BatchNorm, LayerNorm, GroupNorm, InstanceNorm, linear Resize and ReduceL2: dequantize
+  to float32, compute in a fixed float32 operation order (`qcc.sim.f32`; exp is the double result
+  rounded once), quantize like a graph input: float islands between int8 tensors.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+import qcc.sim.f32 as f32
 from qcc.errors import UnsupportedError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.ops.nn import conv2d, pool_windows
@@ -41,7 +49,7 @@ from qcc.ir.registry import get_schema, op_has
 from qcc.ir.types import Affine
 from qcc.quant.numerics import AFFINE_DTYPES, quantize_affine
 from qcc.sim.engine import NodeKernel, Runner
-from qcc.sim.fixed import batchnorm_params, exp_f32, quantize_param
+from qcc.sim.fixed import batchnorm_params, exp_f32, param_values, quantize_param
 
 F32 = np.float32
 ACT_DTYPES = ("int8", "uint8")
@@ -144,6 +152,11 @@ def centered(value: Value, q: np.ndarray) -> np.ndarray:
     return np.asarray(q, dtype=np.int64) - act(value)[1]
 
 
+def is_index(value: Value | None) -> bool:
+    """An integer tensor of element indices (ArgMax, TopK): stored as is, never quantized."""
+    return value is not None and value.type.dtype in ("int64", "int32")
+
+
 # ---------------------------------------------------------------- parameters
 
 
@@ -237,6 +250,38 @@ def layer_ints(node: Node) -> LayerInts:
     pairs = [requant_params(float(x)) for x in accumulator_scales(node) / sy]
     return LayerInts(weights, bias, np.array([p[0] for p in pairs], dtype=np.int64),
                      np.array([p[1] for p in pairs], dtype=np.int64))
+
+
+def prelu_params(node: Node) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(m, s) for x >= 0 and signed multipliers/shifts per slope element for x < 0."""
+    x, slope, y = node.input(0), node.input(1), node.outputs[0]
+    if slope.const is None:
+        raise UnsupportedError(f"affine integer mode: node {node.name!r} (PRelu) needs a constant slope")
+    m_pos, s_pos = pass_params(x, y)
+    ratio = act(x)[0] / act(y)[0]
+    pairs = [requant_params(abs(float(a)) * ratio) for a in param_values(slope).reshape(-1)]
+    signs = np.where(param_values(slope).reshape(-1) < 0, -1, 1)
+    return (m_pos, s_pos, np.array([p[0] for p in pairs], dtype=np.int64) * signs,
+            np.array([p[1] for p in pairs], dtype=np.int64))
+
+
+def matmul_params(node: Node) -> tuple[int, int]:
+    """(m, s) requantizing a MatMul's sums by sa * sb / sy; refuses sums that could overflow int32."""
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    spans = []
+    for value in (a, b):
+        quant = affine_of(value)
+        if quant is None or quant.axis is not None or quant.dtype not in ACT_DTYPES:
+            raise UnsupportedError(f"affine integer mode: node {node.name!r} (MatMul) needs per-tensor int8/uint8 "
+                                   f"operands, not {value.name!r} ({quant or 'float'})")
+        lo, hi = AFFINE_DTYPES[quant.dtype]
+        spans.append(max(abs(lo - int(quant.zero_point[0])), abs(hi - int(quant.zero_point[0]))))
+    depth = int(a.type.shape[-1])
+    if depth * spans[0] * spans[1] > ACC_LIMIT:
+        raise UnsupportedError(f"affine integer mode: node {node.name!r} (MatMul) could overflow its int32 "
+                               f"accumulator ({depth} products)")
+    return requant_params(float(F32(affine_of(a).scale[0])) * float(F32(affine_of(b).scale[0]))  # type: ignore[union-attr]
+                          / act(y)[0])
 
 
 def pass_params(x: Value, y: Value) -> tuple[int, int]:
@@ -342,11 +387,77 @@ def view_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     return [requantize(centered(x, np.asarray(moved)), *pass_params(x, y), y)]
 
 
+def split_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Split: the reference kernel moves the integers, each part is requantized to its output."""
+    x = node.input(0)
+    parts = get_schema(node.op).kernel(node, [args[0]])
+    return [requantize(centered(x, p), *pass_params(x, y), y) for p, y in zip(parts, node.outputs)]
+
+
 def concat_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     y = node.outputs[0]
     parts = [requantize(centered(v, q), *pass_params(v, y), y) for v, q in zip(node.inputs, args)
              if v is not None]
     return [np.concatenate(parts, axis=node.attrs["axis"])]
+
+
+def prelu_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    x, y = node.input(0), node.outputs[0]
+    m_pos, s_pos, m_neg, s_neg = prelu_params(node)
+    c = centered(x, args[0])
+    index = np.broadcast_to(np.arange(len(m_neg)).reshape(node.input(1).const.shape), c.shape)  # type: ignore[union-attr]
+    return [np.where(c < 0, requantize(c, m_neg[index], s_neg[index], y), requantize(c, m_pos, s_pos, y))]
+
+
+def matmul_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    a, b = (centered(node.input(i), q).astype(np.float64) for i, q in enumerate(args))
+    m, s = matmul_params(node)
+    acc = np.rint(np.matmul(a, b)).astype(np.int64)  # exact: |sum| < 2**31
+    return [requantize(acc, m, s, node.outputs[0])]
+
+
+def reduce_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """ReduceMax: the largest stored value; ReduceSum/ReduceMean: the centered sum, requantized."""
+    x, y = node.input(0), node.outputs[0]
+    outer, red, inner = f32.reduce_geometry(node, args[0].shape)
+    rows = centered(x, args[0]).reshape(outer, red, inner)
+    if node.op == "ReduceMax":
+        total, ratio = rows.max(axis=1), act(x)[0] / act(y)[0]
+    else:
+        total = rows.sum(axis=1)
+        ratio = act(x)[0] / act(y)[0] / (red if node.op == "ReduceMean" else 1)
+    m, s = requant_params(ratio)
+    return [requantize(total, m, s, y).reshape(f32._shape_like(node, args[0].shape))]
+
+
+def argmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """The stored integers order like the values they stand for (scale > 0)."""
+    return get_schema(node.op).kernel(node, [np.asarray(args[0], dtype=np.int64)])
+
+
+def topk_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    x, y = node.input(0), node.outputs[0]
+    values, order = get_schema(node.op).kernel(node, [np.asarray(args[0], dtype=np.int64)])
+    return [requantize(centered(x, values), *pass_params(x, y), y), order]
+
+
+def float_island(compute: Any) -> NodeKernel:
+    """A kernel computing `compute(node, x, *params)` in float32 between dequantization of x
+    (parameters as float32) and quantization of the output."""
+
+    def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+        x = dequantize(args[0], node.input(0))
+        params = [param_values(v) if v is not None and v.const is not None else None for v in node.inputs[1:]]
+        return [quantize_input(compute(node, x, *params), node.outputs[0])]
+
+    return kernel
+
+
+def resize_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """Nearest moves stored values; linear interpolates in float32 (qcc.sim.f32)."""
+    if node.attrs["mode"] == "nearest":
+        return view_kernel(node, args)
+    return float_island(f32.resize_linear)(node, args)
 
 
 def unary_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
@@ -387,6 +498,12 @@ INTEGER_KERNELS: dict[str, NodeKernel] = {
     "AvgPool": avgpool_kernel, "GlobalAvgPool": avgpool_kernel, "Add": add_kernel, "Sub": add_kernel,
     "Mul": mul_kernel, "Max": minmax_kernel, "Min": minmax_kernel, "Concat": concat_kernel,
     "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Quantize": view_kernel, "Transpose": view_kernel,
+    "PRelu": prelu_kernel, "MatMul": matmul_kernel, "ReduceSum": reduce_kernel, "ReduceMean": reduce_kernel,
+    "ReduceMax": reduce_kernel, "ArgMax": argmax_kernel, "TopK": topk_kernel, "Gather": view_kernel,
+    "DepthToSpace": view_kernel, "SpaceToDepth": view_kernel, "Resize": resize_kernel, "Slice": view_kernel,
+    "Split": split_kernel,
+    "LayerNorm": float_island(f32.layernorm), "GroupNorm": float_island(f32.groupnorm),
+    "InstanceNorm": float_island(f32.groupnorm), "ReduceL2": float_island(f32.reduce),
 }
 """Kernels by op; views (the `view` trait) and one-input elementwise ops (tables) are found by
 `kernel_for` from the registry."""
@@ -412,7 +529,7 @@ def kernel_for(op: str) -> NodeKernel | None:
 def is_affine_model(model: Model) -> bool:
     """Every activation (graph input and node output) is affine."""
     graph = model.graph
-    acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    acts = [v for v in (*graph.inputs, *(v for n in graph.nodes for v in n.outputs)) if not is_index(v)]
     return bool(acts) and all(affine_of(v) is not None for v in acts)
 
 
@@ -424,7 +541,7 @@ class AffineRunner(Runner):
     def kernel_for(self, node: Node) -> NodeKernel:
         """The node's kernel, once its activations are checked to be per-tensor int8/uint8."""
         for value in (*node.outputs, node.inputs[0]):
-            if value is not None and value.const is None:
+            if value is not None and value.const is None and not is_index(value):
                 act(value)
         kernel = kernel_for(node.op)
         if kernel is None:

@@ -8,7 +8,7 @@ only the outputs' arg-max per sample.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -84,10 +84,24 @@ def compare(reference: Model, quantized: Model, feeds: dict[str, np.ndarray], la
     graph output's last axis. `make_interpreter(model, observer)` replaces the quantized
     interpreter (sensitivity uses one that applies only some annotations).
     """
-    feeds = check_feeds(reference, feeds)
+    feeds = check_feeds(reference, feeds, samples=True)
     count = len(next(iter(feeds.values()))) if feeds else 0
+    batches = (({k: v[start:start + batch_size] for k, v in feeds.items()},
+                None if labels is None else labels[start:start + batch_size]) for start in range(0, count, batch_size))
+    return compare_batches(reference, quantized, batches, labels is not None, tensors, make_interpreter)
+
+
+BatchHook = Callable[[dict[str, np.ndarray], np.ndarray | None, dict[str, np.ndarray], dict[str, np.ndarray]], None]
+"""on_batch(feeds, labels, float outputs, quantized outputs): a third party per batch (--eval's runtime)."""
+
+
+def compare_batches(reference: Model, quantized: Model,
+                    batches: Iterable[tuple[dict[str, np.ndarray], np.ndarray | None]], labelled: bool,
+                    tensors: bool = True, make_interpreter: Callable[[Model, Any], Any] | None = None,
+                    on_batch: BatchHook | None = None) -> Comparison:
+    """`compare` over (feeds, labels) batches as they come (a stream is never held whole)."""
     outputs = tuple(v.name for v in quantized.graph.outputs)
-    cmp = Comparison(labelled=labels is not None, outputs=outputs)
+    cmp = Comparison(labelled=labelled, outputs=outputs)
     float_arrays: dict[str, np.ndarray] = {}
     ref_names = {v.name for v in reference.graph.values()} if tensors else set(outputs)
 
@@ -107,8 +121,7 @@ def compare(reference: Model, quantized: Model, feeds: dict[str, np.ndarray], la
     ref_interp = Interpreter(reference, observer=keep, kernels={"Quantize": passthrough})
     q_interp = (make_interpreter or quantized_runner)(quantized, match)
     first_out = reference.graph.outputs[0].name if reference.graph.outputs else None
-    for start in range(0, count, batch_size):
-        batch = {k: v[start:start + batch_size] for k, v in feeds.items()}
+    for batch, batch_labels in batches:
         float_arrays.clear()
         ref_out = ref_interp.run(batch)
         q_out = q_interp.run(batch)
@@ -116,9 +129,10 @@ def compare(reference: Model, quantized: Model, feeds: dict[str, np.ndarray], la
             if name in ref_out and name in q_out and name not in float_arrays:
                 _accumulate(cmp, name, ref_out[name], q_out[name])
         if first_out is not None and first_out in ref_out and first_out in q_out:
-            _top1(cmp, ref_out[first_out], q_out[first_out],
-                  None if labels is None else labels[start:start + batch_size])
+            _top1(cmp, ref_out[first_out], q_out[first_out], batch_labels)
         cmp.samples += len(next(iter(batch.values())))
+        if on_batch is not None:
+            on_batch(batch, batch_labels, ref_out, q_out)
     float_arrays.clear()
     return cmp
 

@@ -22,8 +22,12 @@ NodeKernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
 Observer = Callable[[Value, np.ndarray], None]
 
 
-def check_feeds(model: Model, feeds: dict[str, np.ndarray], source: str = "feeds") -> dict[str, np.ndarray]:
-    """Match arrays to graph inputs by name (one array feeds a one-input model whatever its key)."""
+def check_feeds(model: Model, feeds: dict[str, np.ndarray], source: str = "feeds",
+                samples: bool = False) -> dict[str, np.ndarray]:
+    """Match arrays to graph inputs by name (one array feeds a one-input model whatever its key).
+
+    `samples`: the first axis counts samples to be cut into batches (a static batch dimension
+    is checked per batch, not here)."""
     inputs = model.graph.inputs
     if len(inputs) == 1 and len(feeds) == 1 and inputs[0].name not in feeds:
         feeds = {inputs[0].name: next(iter(feeds.values()))}
@@ -39,7 +43,8 @@ def check_feeds(model: Model, feeds: dict[str, np.ndarray], source: str = "feeds
             else:
                 raise InvalidInputError(f"{source}: input {value.name!r} has dtype {array.dtype}, model wants {want}")
         if array.ndim != value.type.rank or any(
-            isinstance(d, int) and d != s for d, s in zip(value.type.shape, array.shape)
+            isinstance(d, int) and d != s and not (samples and i == 0)
+            for i, (d, s) in enumerate(zip(value.type.shape, array.shape))
         ):
             raise InvalidInputError(
                 f"{source}: input {value.name!r} has shape {array.shape}, model wants {value.type.shape}"

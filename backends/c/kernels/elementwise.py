@@ -36,7 +36,7 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Tanh": ("r = qcc_tanhf(v);", (), ("tanhf",)),
     "HardSigmoid": ("r = v * alpha;\n        r = r + beta;\n        r = r < 0.0f ? 0.0f : r;\n"
                     "        r = r > 1.0f ? 1.0f : r;", ("alpha", "beta"), ()),
-    "HardSwish": ("r = v / 6.0f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
+    "HardSwish": ("r = v * 0x1.555556p-3f;\n        r = r + 0.5f;\n        r = r < 0.0f ? 0.0f : r;\n"
                   "        r = r > 1.0f ? 1.0f : r;\n        r = v * r;", (), ()),
     "Silu": ("r = v / (1.0f + qcc_expf(-v));", (), ("expf",)),
     "Elu": ("r = v > 0.0f ? v : alpha * (qcc_expf(v) - 1.0f);", ("alpha",), ("expf",)),
@@ -45,6 +45,16 @@ UNARY: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "Neg": ("r = -v;", (), ()),
     "Reciprocal": ("r = 1.0f / v;", (), ()),
     "Softplus": ("r = (v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v));", (), ("expf",)),
+    "Erf": ("r = (float)erf((double)v);", (), ("libm",)),
+    "Log": ("r = (float)log((double)v);", (), ("libm",)),
+    "Sqrt": ("r = (float)sqrt((double)v);", (), ("libm",)),
+    "Gelu": ("if (form > 0.5f) {\n            float t = v * v;\n            t = t * v;\n            t = t * 0.044715f;\n"
+             "            t = v + t;\n            t = t * 0.797884561f;\n            t = qcc_tanhf(t);\n"
+             "            t = t + 1.0f;\n            t = t * 0.5f;\n            r = v * t;\n        } else {\n"
+             "            float t = v * 0.707106781f;\n            t = (float)erf((double)t);\n            t = t + 1.0f;\n"
+             "            t = t * 0.5f;\n            r = v * t;\n        }", ("form",), ("tanhf", "libm")),
+    "Mish": ("r = v * qcc_tanhf((v > 0.0f ? v : 0.0f) + (float)log1p((double)qcc_expf(v > 0.0f ? -v : v)));", (),
+             ("expf", "tanhf")),
 }
 
 
@@ -68,7 +78,7 @@ def unary(ks: KernelSet, op: str, x: CType, y: CType) -> str:
 
 
 BINARY_F32 = {"Add": "av + bv", "Sub": "av - bv", "Mul": "av * bv", "Div": "av / bv",
-              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv"}
+              "Max": "av > bv ? av : bv", "Min": "av < bv ? av : bv", "PRelu": "av < 0.0f ? av * bv : av"}
 
 
 def binary(ks: KernelSet, op: str, t: CType) -> str:
@@ -157,3 +167,45 @@ def binary_affine(ks: KernelSet, op: str, a: CType, b: CType, y: CType) -> str:
     helpers = ("bcast", "requant") + (("minmax",) if op in ("Max", "Min") else ())
     params = f"const {a.name} *a, const {b.name} *b, {y.name} *y, long n, const qcc_bcast_t *p, {extra}"
     return ks.kernel(name, lambda: _broadcasting(name, params, "int32_t", expr), helpers)
+
+
+def prelu_affine(ks: KernelSet, x: CType, y: CType) -> str:
+    """qcc.sim.affine_int.prelu_kernel: the slope element of x[i] is found by walking the
+    broadcast (p is never NULL); mn/sn are per slope element, signed multipliers."""
+    name = f"qcc_prelu_{x.suffix}_{y.suffix}"
+    params = (f"const {x.name} *x, {y.name} *y, long n, const qcc_bcast_t *p, const int32_t *mn, const int32_t *sn, "
+              "int32_t zx, int32_t mp, int sp, int32_t zy")
+    return ks.kernel(name, lambda: f"""
+static void {name}({params})
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    for (i = 0; i < n; ++i) {{
+        const int64_t c = (int64_t)x[i] - zx;
+        y[i] = ({y.name})(c < 0 ? qcc_requant(c, mn[ib], sn[ib], zy, {y.lo}, {y.hi})
+                                : qcc_requant(c, mp, sp, zy, {y.lo}, {y.hi}));
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", ("bcast", "requant"))
+
+
+def prelu_generic(ks: KernelSet, x: CType, y: CType) -> str:
+    """Fixed point (the runtime's generic PReLU): v = getter(x); v < 0 ? v * slope : v; setter.
+    The slopes are float32 per slope element, walked by the broadcast (p is never NULL)."""
+    name = f"qcc_prelu_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "long n", "const qcc_bcast_t *p", "const float *slope",
+              *scale_params(x, y)]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long idx[QCC_MAX_RANK] = {{0}};
+    long i, ia = 0, ib = 0;
+    for (i = 0; i < n; ++i) {{
+        const float v = {x.get("x[i]", "xinv")};
+        const float r = v < 0.0f ? v * slope[ib] : v;
+        y[i] = {y.set("r", "yscale")};
+        qcc_bcast_next(p, idx, &ia, &ib);
+    }}
+}}
+""", ("bcast", *y.setter))

@@ -105,6 +105,7 @@ static float qcc_expf(float v)
     return (float)exp((double)v);
 }
 """, ()),
+    "libm": ("", ()),  # a kernel calls a <math.h> function directly
     "tanhf": ("""
 static float qcc_tanhf(float v)
 {
@@ -263,7 +264,7 @@ static int32_t qcc_min(int32_t a, int32_t b)
 """, ()),
 }
 
-MATH_HELPERS = frozenset({"expf", "tanhf", "madd"})
+MATH_HELPERS = frozenset({"expf", "tanhf", "libm", "madd"})
 
 
 class KernelSet:

@@ -39,16 +39,17 @@ def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
 """, helpers)
 
 
-def transpose(ks: KernelSet, x: CType, y: CType) -> str:
-    name = f"qcc_transpose_{x.suffix}_{y.suffix}"
+def _walk(ks: KernelSet, name: str, x: CType, y: CType, start: bool) -> str:
+    """y in order, read from x at the output index times the per-axis input strides of p (plus
+    `start`, an element offset, when asked): Transpose, Slice, the parts of a Split."""
     value, helpers, extra = convert(x, y, "x[src]")
-    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *extra]
+    params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *(["long start"] if start else []), *extra]
     return ks.kernel(name, lambda: f"""
 {signature(name, params)}
 {{
     long idx[QCC_MAX_RANK] = {{0}};
     long total = 1;
-    long i, src = 0;
+    long i, src = {"start" if start else "0"};
     int d;
     for (d = 0; d < p->rank; ++d) {{
         total *= p->shape[d];
@@ -66,6 +67,15 @@ def transpose(ks: KernelSet, x: CType, y: CType) -> str:
     }}
 }}
 """, ("perm", *helpers))
+
+
+def transpose(ks: KernelSet, x: CType, y: CType) -> str:
+    return _walk(ks, f"qcc_transpose_{x.suffix}_{y.suffix}", x, y, start=False)
+
+
+def strided(ks: KernelSet, x: CType, y: CType) -> str:
+    """From element `start` of x with per-axis strides that may be negative (Slice, a Split part)."""
+    return _walk(ks, f"qcc_strided_{x.suffix}_{y.suffix}", x, y, start=True)
 
 
 def quantize_input(ks: KernelSet, y: CType) -> str:
@@ -134,3 +144,38 @@ static void {name}(const {x.name} *q, float *y, long n, float scale, int32_t zp)
     }}
 }}
 """)
+
+
+def indices_out(ks: KernelSet) -> str:
+    """Element indices (ArgMax, TopK) leave the arena as float values (exact below 2**24)."""
+    return ks.kernel("qcc_indices_out", lambda: """
+static void qcc_indices_out(const int32_t *q, float *y, long n)
+{
+    long i;
+    for (i = 0; i < n; ++i) {
+        y[i] = (float)q[i];
+    }
+}
+""")
+
+
+def gather(ks: KernelSet, x: CType, y: CType) -> str:
+    """y[o][t][i] = x[o][index[t]][i]: constant indices along one axis (Gather, nearest Resize rows)."""
+    name = f"qcc_gather_{x.suffix}_{y.suffix}"
+    value, helpers, extra = convert(x, y, "x[(o * axis + index[t]) * inner + i]")
+    params = [f"const {x.name} *x", f"{y.name} *y", "long outer", "long axis", "long inner", "long count",
+              "const int32_t *index", *extra]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long o, t, i;
+    for (o = 0; o < outer; ++o) {{
+        for (t = 0; t < count; ++t) {{
+            for (i = 0; i < inner; ++i) {{
+                y[(o * count + t) * inner + i] = {value};
+            }}
+        }}
+    }}
+}}
+""", helpers)
+

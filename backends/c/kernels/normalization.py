@@ -1,5 +1,6 @@
-"""Softmax and normalization kernels (BatchNorm, LRN): float32 one operation per statement,
-between the mode's getter and setter."""
+"""Softmax and normalization kernels (BatchNorm, LRN, LayerNorm, GroupNorm/InstanceNorm): float32
+one operation per statement, between the mode's getter and setter (the order of qcc.sim.f32 for
+the layer and group normalizations)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,85 @@ def batchnorm(ks: KernelSet, x: CType, y: CType) -> str:
     }}
 }}
 """, deps)
+
+
+def _moments(x: CType, row: str, count: str) -> str:
+    """mean and std = sqrtf(var + eps) of `count` elements at `row` (sums in index order)."""
+    get = x.get(f"{row}[k]", "xinv")
+    return f"""float sum = 0.0f;
+            float var = 0.0f;
+            float mean, std;
+            for (k = 0; k < {count}; ++k) {{
+                sum = sum + {get};
+            }}
+            mean = sum / (float){count};
+            for (k = 0; k < {count}; ++k) {{
+                const float d = {get} - mean;
+                const float d2 = d * d;
+                var = var + d2;
+            }}
+            var = var / (float){count};
+            std = var + eps;
+            std = sqrtf(std);"""
+
+
+def layernorm(ks: KernelSet, x: CType, y: CType) -> str:
+    """Rows of n elements: (v - mean) / std, then * scale[k] and + bias[k] when given."""
+    ks.uses_math = True
+    name = f"qcc_layernorm_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "const float *scale", "const float *bias", "long rows", "long n",
+              "float eps", *scale_params(x, y)]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    long r, k;
+    for (r = 0; r < rows; ++r) {{
+        const {x.name} *xr = x + r * n;
+        {y.name} *yr = y + r * n;
+        {{
+            {_moments(x, "xr", "n")}
+            for (k = 0; k < n; ++k) {{
+                float d = {x.get("xr[k]", "xinv")} - mean;
+                d = d / std;
+                if (scale != NULL) {{
+                    d = d * scale[k];
+                }}
+                if (bias != NULL) {{
+                    d = d + bias[k];
+                }}
+                yr[k] = {y.set("d", "yscale")};
+            }}
+        }}
+    }}
+}}
+""", y.setter)
+
+
+def groupnorm(ks: KernelSet, x: CType, y: CType) -> str:
+    """Per (sample, group) of cg channels x inner elements: (v - mean) / std * scale[c] + bias[c]."""
+    ks.uses_math = True
+    name = f"qcc_groupnorm_{x.suffix}_{y.suffix}"
+    params = [f"const {x.name} *x", f"{y.name} *y", "const float *scale", "const float *bias", "long n",
+              "long groups", "long cg", "long inner", "float eps", *scale_params(x, y)]
+    return ks.kernel(name, lambda: f"""
+{signature(name, params)}
+{{
+    const long m = cg * inner;
+    long r, k;
+    for (r = 0; r < n * groups; ++r) {{
+        const {x.name} *xr = x + r * m;
+        {y.name} *yr = y + r * m;
+        const long c0 = (r % groups) * cg;
+        {{
+            {_moments(x, "xr", "m")}
+            for (k = 0; k < m; ++k) {{
+                float d = {x.get("xr[k]", "xinv")} - mean;
+                d = d / std;
+                d = d * scale[c0 + k / inner];
+                d = d + bias[c0 + k / inner];
+                yr[k] = {y.set("d", "yscale")};
+            }}
+        }}
+    }}
+}}
+""", y.setter)

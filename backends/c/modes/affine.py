@@ -16,8 +16,10 @@ import qcc.backends.c.modes.shared as shared
 from qcc.backends.c.ctype import CType, hexfloat
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import matmul as KMm
 from qcc.backends.c.kernels import movement as KM
 from qcc.backends.c.kernels import pool as KP
+from qcc.backends.c.kernels import reduce as KRd
 from qcc.backends.c.kernels.helpers import KernelSet
 from qcc.backends.c.lower import (
     Arg,
@@ -31,6 +33,7 @@ from qcc.backends.c.lower import (
     static_shape,
     where,
 )
+from qcc.backends.c.modes.float32 import LAYERS
 from qcc.backends.c.params import bcast_params, conv_params, pool_params
 
 from qcc.errors import UnsupportedError
@@ -176,6 +179,41 @@ def _binary(lw: Lowering, node: Node) -> Step:
     return step
 
 
+def _prelu(lw: Lowering, node: Node) -> Step:
+    """x >= zx: requantize by sx / sy; x < zx: by the signed slope multiplier of its element."""
+    x, y = node.input(0), node.outputs[0]
+    m_pos, s_pos, m_neg, s_neg = ai.prelu_params(node)
+    mn = i32(lw, m_neg, f"qcc_mn_{node.name}", f"negative-side multipliers of {node.name} (slope * sx / sy)")
+    sn = i32(lw, s_neg, f"qcc_sn_{node.name}", f"negative-side shifts of {node.name}")
+    fn = KE.prelu_affine(lw.kernels, lw.ctype(x), lw.ctype(y))
+    args = (Ptr(x), Ptr(y), str(numel(y)), bcast_params(lw, node, always=True), mn, sn, zp(x), str(m_pos), str(s_pos),
+            zp(y))
+    step = Step(node, [Call(fn, args)])
+    step.inplace = (0,)
+    return step
+
+
+def _matmul(lw: Lowering, node: Node) -> Step:
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    m, s = ai.matmul_params(node)
+    fn = KMm.matmul_affine(lw.kernels, lw.ctype(a), lw.ctype(b), lw.ctype(y))
+    return Step(node, [Call(fn, (*shared.matmul_args(lw, node), zp(a), zp(b), str(m), str(s), zp(y)))])
+
+
+def _reduce(lw: Lowering, node: Node) -> Step:
+    """Sum/Mean: the centered sum requantized by sx / sy (/ count); Max: the largest stored value."""
+    x, y = node.input(0), node.outputs[0]
+    geometry = shared.reduce_geometry(lw, node)
+    ratio = ai.act(x)[0] / ai.act(y)[0] / (int(geometry[1]) if node.op == "ReduceMean" else 1)
+    m, s = ai.requant_params(ratio)
+    fn = KRd.reduce_affine(lw.kernels, node.op, lw.ctype(x), lw.ctype(y))
+    return Step(node, [Call(fn, (Ptr(x), Ptr(y), *geometry, zp(x), str(m), str(s), zp(y)))])
+
+
+FLOAT_ISLANDS = frozenset({"Softmax", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm", "ReduceL2", "Resize"})
+"""Ops computed in float32 between dequantization and quantization (Resize: the linear mode)."""
+
+
 class AffineMode(NumericMode):
     name = "affine"
     title = "affine int8/uint8 with integer requantization (bit-identical to qcc.sim.affine_int.run_affine_int)"
@@ -184,10 +222,15 @@ class AffineMode(NumericMode):
         "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Concat": shared.concat, "Transpose": shared.transpose, "Softmax": shared.softmax,
         "BatchNorm": shared.batchnorm, **{op: _binary for op in KE.AFFINE_BINARY},
+        **LAYERS, "PRelu": _prelu, "MatMul": _matmul, "ReduceSum": _reduce, "ReduceMean": _reduce,
+        "ReduceMax": _reduce,
     }
 
     def float_ops(self) -> frozenset[str]:
-        return frozenset({"Softmax", "BatchNorm"})  # dequantize, compute in float32, requantize
+        return FLOAT_ISLANDS  # dequantize, compute in float32, requantize
+
+    def computes_in_float(self, node: Node) -> bool:
+        return node.op in FLOAT_ISLANDS and not (node.op == "Resize" and node.attrs["mode"] == "nearest")
 
     def claims(self, acts: Sequence[Value]) -> bool:
         return any(isinstance(v.quant, Affine) for v in acts)

@@ -2,8 +2,9 @@
 `qcc.sim.fixed` (nnabla-c-runtime's), so outputs are bit-identical to `run_fixed`.
 
 Ops with an integer kernel in the simulator (`fx.dedicated_problem` is None) get the integer C
-kernel; LeakyRelu, Clip, Sigmoid, Tanh, Relu of mixed widths, Softmax and BatchNorm compute in
-float32 between the runtime's getter and setter; every other op the float mode lowers has no
+kernel; LeakyRelu, Clip, Sigmoid, Tanh, HardSwish, PRelu, Relu of mixed widths, Softmax and
+BatchNorm compute in float32 between the runtime's getter and setter; nearest Resize, DepthToSpace,
+SpaceToDepth, Slice and Split move stored values; every other op the float mode lowers has no
 bit-exact fixed-point kernel and is refused.
 """
 
@@ -40,7 +41,7 @@ from qcc.ir.core import Node, Value
 from qcc.ir.types import FixedPoint
 from qcc.sim import fixed as fx
 
-GENERIC_UNARY = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh")
+GENERIC_UNARY = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSwish")
 """One-input activations computed in float32 between getter and setter (the runtime's generic path)."""
 
 
@@ -174,6 +175,31 @@ def _transpose(lw: Lowering, node: Node) -> Step:
     return shared.transpose(lw, node)
 
 
+def _resize(lw: Lowering, node: Node) -> Step:
+    """Nearest moves stored values (nnabla-c-runtime's Unpooling); linear has no fixed-point kernel."""
+    if node.attrs["mode"] != "nearest":
+        raise lw.unsupported(node, "linear resize has no bit-exact fixed-point kernel (nnabla-c-runtime resizes "
+                                   "with Unpooling: nearest)")
+    return shared.resize(lw, node)
+
+
+def _prelu(lw: Lowering, node: Node) -> Step:
+    """The runtime's PReLU: float32 between getter and setter, slopes as float32 (qcc.sim.fixed's
+    generic kernel)."""
+    x, y = node.input(0), node.outputs[0]
+    slopes = shared.float_param(lw, node, 1, "slope")
+    fn = KE.prelu_generic(lw.kernels, lw.ctype(x), lw.ctype(y))
+    args = (Ptr(x), Ptr(y), str(numel(y)), bcast_params(lw, node, always=True), slopes, *lw.scales(x, y))
+    step = Step(node, [Call(fn, args)])
+    step.inplace = (0,) if lw.ctype(x).size == lw.ctype(y).size else ()
+    return step
+
+
+MOVES: dict[str, LowerFn] = {"Resize": _resize, "DepthToSpace": shared.block_move,
+                             "SpaceToDepth": shared.block_move, "Slice": shared.slice_, "Split": shared.split}
+"""Ops that move stored values (requantized like Transpose): functions nnabla-c-runtime has."""
+
+
 class FixedMode(NumericMode):
     name = "fixed"
     title = "fixed point (nnabla-c-runtime arithmetic, bit-identical to qcc.sim.fixed.run_fixed)"
@@ -182,7 +208,7 @@ class FixedMode(NumericMode):
         "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
         "Transpose": _transpose, "Add": _binary, "Sub": _binary, "Mul": _binary,
-        **{op: _unary for op in GENERIC_UNARY},
+        **{op: _unary for op in GENERIC_UNARY}, **MOVES, "PRelu": _prelu,
     }
 
     def claims(self, acts: Sequence[Value]) -> bool:
@@ -246,7 +272,7 @@ class FixedMode(NumericMode):
 
     def float_ops(self) -> frozenset[str]:
         # the runtime's generic path (Relu has a dedicated kernel), and Softmax/BatchNorm
-        return frozenset({*GENERIC_UNARY, "Softmax", "BatchNorm"} - {"Relu"})
+        return frozenset({*GENERIC_UNARY, "Softmax", "BatchNorm", "PRelu"} - {"Relu"})
 
 
 FIXED_MODE = FixedMode()

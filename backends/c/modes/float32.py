@@ -13,6 +13,7 @@ import qcc.backends.c.modes.shared as shared
 from qcc.backends.c.ctype import FLOAT, CType
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import elementwise as KE
+from qcc.backends.c.kernels import matmul as KMm
 from qcc.backends.c.kernels import normalization as KN
 from qcc.backends.c.kernels import pool as KP
 from qcc.backends.c.kernels.helpers import KernelSet
@@ -116,6 +117,21 @@ def _lrn(lw: Lowering, node: Node) -> Step:
     return Step(node, [Call(KN.lrn_f32(lw.kernels), args)])
 
 
+def _matmul(lw: Lowering, node: Node) -> Step:
+    return Step(node, [Call(KMm.matmul_f32(lw.kernels), tuple(shared.matmul_args(lw, node)))])
+
+
+LAYERS: dict[str, LowerFn] = {
+    "LayerNorm": shared.layernorm, "GroupNorm": shared.groupnorm, "InstanceNorm": shared.groupnorm,
+    "Resize": shared.resize, "DepthToSpace": shared.block_move, "SpaceToDepth": shared.block_move,
+    "Gather": shared.gather, "ArgMax": shared.argmax, "TopK": shared.topk, "Slice": shared.slice_,
+    "Split": shared.split,
+    **{op: shared.reduce_float for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceL2")},
+}
+"""Lowerings every numeric mode shares (float islands with the mode's getter/setter, moves with
+its element copy)."""
+
+
 class FloatMode(NumericMode):
     name = "float"
     title = "float32"
@@ -123,7 +139,7 @@ class FloatMode(NumericMode):
     lowerings: ClassVar[dict[str, LowerFn]] = {
         "Conv": _conv, "Dense": _dense, "MaxPool": _pool, "AvgPool": _pool, "GlobalAvgPool": _pool,
         "GlobalMaxPool": _pool, "Softmax": shared.softmax, "BatchNorm": shared.batchnorm, "Concat": shared.concat,
-        "Transpose": shared.transpose, "LRN": _lrn,
+        "Transpose": shared.transpose, "LRN": _lrn, "MatMul": _matmul, **LAYERS,
         **{op: shared.unary for op in KE.UNARY},
         **{op: binary for op in KE.BINARY_F32},
     }

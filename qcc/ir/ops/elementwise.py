@@ -95,12 +95,14 @@ class HardSigmoid(_Unary):
 
 @register
 class HardSwish(_Unary):
-    """x * relu6(x + 3) / 6."""
+    """x * clamp(x / 6 + 1/2, 0, 1) (torch's x * relu6(x + 3) / 6)."""
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        # ONNX's definition, x * max(0, min(1, alpha * x + beta)) with alpha = 1/6: one float32
+        # operation at a time, as the .nnb functions it becomes compute it (MulScalar, AddScalar...)
         x = xs[0]
-        return [(x * np.clip(x / F32(6) + F32(0.5), 0, 1)).astype(x.dtype)]
+        return [(x * np.clip(x * F32(1 / 6) + F32(0.5), 0, 1)).astype(x.dtype)]
 
 
 @register
@@ -156,6 +158,27 @@ _simple("Abs", np.abs, "|x|.")
 _simple("Reciprocal", np.reciprocal, "1 / x.")
 _simple("Erf", lambda x: _erf(x), "erf(x).")
 _simple("Softplus", lambda x: np.logaddexp(0.0, x.astype(np.float64)), "log(1 + exp(x)).")
+_simple("Mish", lambda x: x * np.tanh(np.logaddexp(0.0, x.astype(np.float64))), "x * tanh(log(1 + exp(x))).")
+
+
+@register
+class PRelu(OpDef):
+    """x if x >= 0 else slope * x; slope broadcasts to x (one per channel, or one for all)."""
+
+    inputs = ("x", "slope")
+    traits = frozenset({"elementwise", "inplace", "broadcast"})
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        x, slope = types
+        if broadcast_shapes(x.shape, slope.shape) != tuple(x.shape):
+            raise ValueError(f"slope of shape {slope.shape} does not broadcast to x {x.shape}")
+        return [x]
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        return [np.where(x < 0, x * xs[1].astype(x.dtype), x).astype(x.dtype)]
 
 
 @register

@@ -246,9 +246,14 @@ class Dense(OpDef):
 
 @register
 class MatMul(OpDef):
-    """numpy-style matmul of two tensors (batched, broadcasting)."""
+    """numpy-style matmul of two tensors (batched, broadcasting).
+
+    Frontends import a product with a constant 2-D matrix as Dense (the op with a weight role:
+    per-channel weights, BN folding), so MatMul is activation x activation (attention) or a
+    batched constant, whose operands quantize per tensor."""
 
     inputs = ("a", "b")
+    traits = frozenset({"product", "quantizes_constants"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:

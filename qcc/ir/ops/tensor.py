@@ -284,3 +284,68 @@ def _reduction(name: str, reduce: Any, doc: str) -> None:
 _reduction("ReduceMean", np.mean, "Mean over axes.")
 _reduction("ReduceSum", np.sum, "Sum over axes.")
 _reduction("ReduceMax", np.max, "Max over axes.")
+_reduction("ReduceL2", lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims)),
+           "Euclidean norm over axes: sqrt(sum(x * x)).")
+
+
+def block_transpose(node: Any) -> tuple[tuple[int, ...], list[int]]:
+    """DepthToSpace/SpaceToDepth as one transpose of a 6-D view of x: (view shape, perm).
+
+    The output is that transpose read in the output's shape (ONNX's reshape-transpose-reshape)."""
+    n, c, h, w = (int(d) if isinstance(d, int) else 1 for d in node.inputs[0].type.shape)
+    b = int(node.attrs["blocksize"])
+    if node.op == "SpaceToDepth":
+        return (n, c, h // b, b, w // b, b), [0, 3, 5, 1, 2, 4]
+    if node.attrs["mode"] == "CRD":
+        return (n, c // (b * b), b, b, h, w), [0, 1, 4, 2, 5, 3]
+    return (n, b, b, c // (b * b), h, w), [0, 3, 4, 1, 5, 2]
+
+
+class _BlockMove(OpDef):
+    traits = frozenset({"keeps_annotation", "rearranges"})
+
+    @staticmethod
+    def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        x = xs[0]
+        view, perm = block_transpose(node)
+        moved = np.transpose(x.reshape((x.shape[0], *view[1:])), perm)
+        return [np.ascontiguousarray(moved).reshape((x.shape[0], *node.outputs[0].type.shape[1:]))]
+
+
+def _block_infer(types: list[TensorType], attrs: dict[str, Any], to_space: bool) -> list[TensorType]:
+    x = types[0]
+    b = attrs["blocksize"]
+    if x.rank != 4 or b < 1 or not all(isinstance(d, int) for d in x.shape[1:]):
+        raise ValueError(f"needs a (N, C, H, W) input with static C, H, W and blocksize >= 1, got {x.shape}")
+    n, c, h, w = x.shape
+    if to_space:
+        if int(c) % (b * b):
+            raise ValueError(f"{c} channels are not a multiple of blocksize^2 = {b * b}")
+        return [TensorType(x.dtype, (n, int(c) // (b * b), int(h) * b, int(w) * b))]
+    if int(h) % b or int(w) % b:
+        raise ValueError(f"spatial size {h}x{w} is not a multiple of blocksize {b}")
+    return [TensorType(x.dtype, (n, int(c) * b * b, int(h) // b, int(w) // b))]
+
+
+@register
+class DepthToSpace(_BlockMove):
+    """Channel blocks to spatial blocks (ONNX DepthToSpace; mode DCR or CRD)."""
+
+    attrs = {"blocksize": AttrSpec("int"), "mode": AttrSpec("str", "DCR")}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        if attrs["mode"] not in ("DCR", "CRD"):
+            raise ValueError(f"mode {attrs['mode']!r}: DCR or CRD")
+        return _block_infer(types, attrs, to_space=True)
+
+
+@register
+class SpaceToDepth(_BlockMove):
+    """Spatial blocks to channel blocks (ONNX SpaceToDepth)."""
+
+    attrs = {"blocksize": AttrSpec("int")}
+
+    @staticmethod
+    def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
+        return _block_infer(types, attrs, to_space=False)

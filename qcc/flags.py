@@ -1,0 +1,86 @@
+"""Every compile flag takes effect or is a usage error naming the conflict (issue 16).
+
+Checked before any work: a flag that the chosen pipeline, input or target would ignore is
+refused in one line, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from qcc.errors import UsageError
+from qcc.options import choice_error
+
+LOAD_FLAGS = {"network": "--network", "executor": "--executor", "batch_size": "--batch-size"}
+"""Loading options of `qcc compile` and their flags (a frontend lists what it reads in `load_options`)."""
+
+
+def check_choices(opts: Any, schemes: tuple[str, ...], methods: tuple[str, ...]) -> None:
+    if opts.quantize not in schemes:
+        raise choice_error("--quantize", opts.quantize, schemes)
+    if opts.method is not None and opts.method not in methods:
+        raise choice_error("--method", opts.method, methods)
+
+
+def check_pipeline_flags(opts: Any, explicit_passes: bool) -> None:
+    """--quantize, --calib, --method and --per-tensor act through the scheme's default pipeline."""
+    if explicit_passes:
+        if opts.quantize != "none":
+            raise UsageError(f"--passes replaces the pipeline of --quantize {opts.quantize}: give one of them "
+                             "(the scheme's pipeline is listed in docs/passes.md, to copy into --passes)")
+        for flag, given in (("--method", opts.method), ("--per-tensor", opts.per_tensor)):
+            if given:
+                raise UsageError(f"{flag} sets an option of the --quantize pipeline; with --passes, set it in "
+                                 "SPEC (e.g. quantize-affine{method=entropy,per_channel=false})")
+        return
+    if opts.quantize == "none":
+        for flag, given in (("--calib", opts.calib), ("--method", opts.method), ("--per-tensor", opts.per_tensor)):
+            if given:
+                raise UsageError(f"{flag} has no effect without --quantize SCHEME (or --passes with calibrate): "
+                                 "the model would be written in float")
+
+
+def check_load_flags(frontend: Any, path: str, options: dict[str, Any]) -> None:
+    """A loading flag the model's frontend does not read (e.g. --network on an .onnx) is refused."""
+    accepted = getattr(frontend, "load_options", None)
+    if accepted is None:  # a plugin frontend that does not say: it gets what it is given
+        return
+    for key, value in options.items():
+        if value is not None and key not in accepted:
+            flag = LOAD_FLAGS.get(key, key)
+            raise UsageError(f"{flag} applies to {_readers_of(key)} inputs; {path} is read by frontend "
+                             f"{getattr(frontend, 'name', '?')!r}, which has no such option")
+
+
+def _readers_of(key: str) -> str:
+    from qcc.plugins import registry
+
+    reg = registry()
+    exts = [e for n in reg.names("frontend") for e in reg.frontend(n).extensions
+            if key in (getattr(reg.frontend(n), "load_options", None) or ())]
+    return "/".join(exts) or "no"
+
+
+def check_output_extension(out: str, backend: Any, explicit: bool) -> None:
+    """`-o o.nnb --target onnx-qdq` would write ONNX bytes into a .nnb file: refused."""
+    if not explicit:
+        return
+    from qcc.plugins import backend_for
+
+    try:
+        owner = backend_for(out)
+    except UsageError:  # no target claims the extension: the user's name for the file
+        return
+    written = tuple(getattr(backend, "file_extensions", None) or backend.extensions)
+    ext = os.path.splitext(out.rstrip("/"))[1]
+    if getattr(owner, "name", None) == backend.name or (ext and ext.lower() in written):
+        return
+    if not ext and not backend.writes_directory:  # a file named without an extension
+        return
+    if backend.writes_directory:
+        raise UsageError(f"-o {out}: target {backend.name!r} writes a directory, and {ext or out!r} names a file "
+                         f"of target {owner.name!r}")
+    wants = ", ".join(written) or "(any)"
+    raise UsageError(f"-o {out}: {ext or 'a directory'} is the output of target {owner.name!r}; target "
+                     f"{backend.name!r} writes {wants}")

@@ -22,10 +22,11 @@ has no AVX-512) and of nnablart, a load-independent second measure.
 
 Models: the digits CNN (examples/digits), seed 003's ResNet23 at 1x3x32x32 (tests/nnabla_zoo.py,
 random weights; needs nnabla), the onnx package's light SqueezeNet and ShuffleNet with seeded random
-weights (tests/onnx_zoo.py). `--corpus NAME` adds models from `bench/corpus.py` when that module
-exists: it must provide `model_source(name: str, workdir: Path) -> tuple[Path, Path | None]` (a
-model file qcc reads and an optional calibration .npz). Calibration otherwise: 4 standard-normal
-samples (digits: its calib.npz). `--record` replaces (or appends) the "C backend" section of a
+weights (tests/onnx_zoo.py). `--corpus KEY ...` adds real models of the corpus (`bench/corpus.py`,
+branch models17; imported only then, and the run stops with a message naming the missing module
+when it is absent): the model file its `model_file` fetches into the cache, bound to the corpus's
+input shape, 4 calibration samples and the timed input from its `samples` (real photos, faces, text
+lines). Calibration otherwise: 4 standard-normal samples (digits: its calib.npz). `--record` replaces (or appends) the "C backend" section of a
 markdown file (bench/doc_section.py).
 """
 
@@ -60,26 +61,66 @@ SCHEMES = {"float32": "none", "int8": "int8", "uint8": "uint8", "fixed8": "fixed
 # ---------------------------------------------------------------- models
 
 
-def model_source(name: str, tmp: Path) -> tuple[Path, Path | None]:
-    """(a model file qcc reads, calibration .npz or None)."""
+@attrs.frozen
+class Source:
+    """A model to benchmark: the file qcc reads, and what the corpus adds to it."""
+
+    path: Path
+    calib: Path | None = None  # calibration .npz (None: standard-normal samples)
+    shapes: dict[str, tuple[int, ...]] | None = None  # input shapes to bind (the corpus's dynamic dims)
+    sample: np.ndarray | None = None  # the timed input (None: standard normal)
+
+
+def model_source(name: str, tmp: Path) -> Source:
     if name == "digits":
-        return DIGITS / "digits_cnn.onnx", DIGITS / "calib.npz"
+        return Source(DIGITS / "digits_cnn.onnx", DIGITS / "calib.npz")
     if name == "resnet23":
         from tests.nnabla_zoo import save_resnet23
 
         path = tmp / "resnet23.nnp"
         save_resnet23(path)
-        return path, None
+        return Source(path)
     if name in ("squeezenet", "shufflenet"):
         from tests.onnx_zoo import randomized_bytes
 
         path = tmp / f"{name}.onnx"
         path.write_bytes(randomized_bytes(name))
-        return path, None
-    from bench import corpus  # type: ignore[attr-defined]  # another engineer's module (optional)
+        return Source(path)
+    return corpus_source(name, tmp)
 
-    result: tuple[Path, Path | None] = corpus.model_source(name, tmp)
-    return result
+
+def corpus_source(key: str, tmp: Path) -> Source:
+    """A corpus model (bench/corpus.py) with 4 calibration samples and one timed sample, all real inputs."""
+    try:
+        from bench import corpus  # type: ignore[attr-defined,unused-ignore]  # lands with branch models17
+    except ImportError as exc:
+        raise SystemExit(f"bench_c: --corpus {key} needs bench/corpus.py (branch models17), which this checkout "
+                         f"does not have ({exc})") from None
+    models = {m.key: m for m in corpus.MODELS}
+    if key not in models:
+        raise SystemExit(f"bench_c: {key} is not a corpus model; bench/corpus.py has {', '.join(models)}")
+    model = models[key]
+    if len(model.shapes) != 1:
+        raise SystemExit(f"bench_c: {key} has {len(model.shapes)} inputs; the C harness times one-input models")
+    path = corpus.model_file(model)
+    images = corpus.archive(corpus.IMAGES)
+    calib = tmp / f"{key}_calib.npz"
+    np.savez(calib, **corpus.samples(model, path, 4, 0, images))
+    (sample,) = corpus.samples(model, path, 1, 1000, images).values()
+    return Source(path, calib, {k: tuple(v) for k, v in model.shapes.items()}, np.asarray(sample, np.float32))
+
+
+def shape_options(source: Source) -> dict[str, Any]:
+    """How qcc binds the corpus's input shape: `input_shapes` where the driver has it (branch models17),
+    else `batch_size` (enough when the batch is the only dynamic dim)."""
+    if source.shapes is None:
+        return {}
+    from qcc.driver import CompileOptions
+
+    if "input_shapes" in attrs.fields_dict(CompileOptions):
+        return {"input_shapes": {k: list(v) for k, v in source.shapes.items()}}
+    (shape,) = source.shapes.values()
+    return {"batch_size": shape[0]}
 
 
 def float_onnx(src: Path, tmp: Path, name: str) -> Path:
@@ -259,15 +300,18 @@ def calibration(src: Path, calib: Path | None, tmp: Path, name: str, shape: tupl
 def prepare(name: str, modes: list[str], tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Compile everything for one model; the variants to time and the static numbers."""
     import qcc.driver
+    from qcc.errors import QccError
 
-    src, calib = model_source(name, tmp)
-    model = qcc.driver.load(str(src))
+    source = model_source(name, tmp)
+    src, bind = source.path, shape_options(source)
+    model = qcc.driver.load(str(src), **bind)
     shape = tuple(d if isinstance(d, int) else 1 for d in model.graph.inputs[0].type.shape)
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    calib = calibration(src, calib, tmp, name, shape, model.graph.inputs[0].name)
+    x = source.sample if source.sample is not None else \
+        np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    calib = calibration(src, source.calib, tmp, name, shape, model.graph.inputs[0].name)
     onnx_float = float_onnx(src, tmp, name)
     qdq = tmp / f"{name}_qdq.onnx"
-    qcc.driver.compile(str(src), qdq, target="onnx-qdq", quantize="int8", calib=str(calib))
+    qcc.driver.compile(str(src), qdq, target="onnx-qdq", quantize="int8", calib=str(calib), **bind)
     variants = {"ort_float": Variant(f"{name} ORT float", ort_runner(onnx_float, x)),
                 "ort_qdq": Variant(f"{name} ORT QDQ int8", ort_runner(qdq, x))}
     static: dict[str, Any] = {}
@@ -275,7 +319,13 @@ def prepare(name: str, modes: list[str], tmp: Path, args: argparse.Namespace) ->
     for mode in modes:
         scheme = SCHEMES[mode]
         out = tmp / f"{name}_{mode}"
-        qcc.driver.compile(str(src), out, target="c", quantize=scheme, calib=None if scheme == "none" else str(calib))
+        try:
+            qcc.driver.compile(str(src), out, target="c", quantize=scheme,
+                               calib=None if scheme == "none" else str(calib), **bind)
+        except QccError as exc:  # e.g. an op without a bit-exact fixed-point kernel: no C column for that mode
+            print(f"{name} C {mode}: {exc}", file=sys.stderr)
+            static[mode] = {"refused": str(exc).split(": ")[-1][:80]}
+            continue
         portable, native = build(out, None, "portable"), build(out, NATIVE, "native")
         variants[f"c_{mode}_portable"] = Variant(f"{name} C {mode} portable", c_runner(portable, x))
         variants[f"c_{mode}_native"] = Variant(f"{name} C {mode} native", c_runner(native, x))
@@ -290,7 +340,8 @@ def prepare(name: str, modes: list[str], tmp: Path, args: argparse.Namespace) ->
         if binary is not None and mode in ("float32", "fixed8", "fixed16"):
             nnb = tmp / f"{name}_{mode}.nnb"
             try:
-                qcc.driver.compile(str(src), nnb, quantize=scheme, calib=None if scheme == "none" else str(calib))
+                qcc.driver.compile(str(src), nnb, quantize=scheme, calib=None if scheme == "none" else str(calib),
+                                   **bind)
             except Exception as exc:  # a model the .nnb target refuses: no nnablart column
                 print(f"{name} {mode}: no .nnb ({exc})", file=sys.stderr)
                 continue
@@ -366,7 +417,8 @@ def report(prepared: dict[str, dict[str, Any]], modes: list[str], args: argparse
             nnab = vs.get(f"nnablart_{mode}")
             st = p["static"].get(mode, {})
             lines.append(
-                f"| {name} | {mode} | {cell(native)} | {cell(portable)} | {cell(vs['ort_float'])} "
+                f"| {name} | {mode} | {cell(native) if 'refused' not in st else 'refused: ' + st['refused']} "
+                f"| {cell(portable)} | {cell(vs['ort_float'])} "
                 f"| {cell(vs['ort_qdq'])} | {cell(nnab)} | {ratio(native, vs['ort_float'])} "
                 f"| {ratio(portable, vs['ort_float'])} | {ratio(native, vs['ort_qdq'])} | {ratio(nnab, native)} "
                 f"| {st.get('bytes_native', '-')} / {st.get('bytes_portable', '-')} | {st.get('arena', '-')} |")

@@ -16,14 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from qcc.backends.c import BACKEND
+from qcc.backends.c.emit import generate
 
 import qcc.driver
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.ops.nn import conv2d
 from qcc.ir.types import TensorType
+from qcc.plan import ArenaPlan
 from qcc.pm import PassContext, PassManager, build_passes
 from qcc.sim.affine_int import run_affine_int
 from qcc.sim.fixed import run_fixed
+from qcc.sim.interpreter import run_model
 from tests.fixed_models import annotate_fixed
 from tests.test_backend_c import HARNESS, STRICT, run_c
 
@@ -197,3 +200,61 @@ def test_makefile_takes_arch_flags_over_a_portable_default(tmp_path: Path) -> No
                                   calib=str(DIGITS / "calib.npz"))
     want = run_affine_int(model, {"x": x})["logits"].reshape(-1)
     assert np.array_equal(np.fromfile(out / "out.bin", dtype="<f4"), want)
+
+
+def fire_model() -> Model:
+    """Conv -> BatchNorm -> Relu, then a SqueezeNet fire module (two Conv -> Relu branches into a
+    Concat): the memory plan gives the BatchNorm and the Concat buffers of their own."""
+    rng = np.random.default_rng(3)
+    g = Graph("fire")
+    x = g.add_input("x", TensorType("float32", ("N", 3, 12, 12)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    c0 = g.add("Conv", x, const("w0", 8, 3, 3, 3), const("b0", 8), name="c0", pads=[1, 1, 1, 1])
+    bn = g.add("BatchNorm", c0, *(g.add_constant(f"bn_{k}", rng.uniform(0.5, 1.5, 8).astype(np.float32))
+                                  for k in ("scale", "bias", "mean", "var")), name="bn")
+    sq = g.add("Relu", g.add("Conv", g.add("Relu", bn, name="r0"), const("ws", 4, 8, 1, 1), const("bs", 4),
+                             name="squeeze"), name="rs")
+    e1 = g.add("Relu", g.add("Conv", sq, const("we1", 6, 4, 1, 1), const("be1", 6), name="e1"), name="re1")
+    e3 = g.add("Relu", g.add("Conv", sq, const("we3", 6, 4, 3, 3), const("be3", 6), name="e3", pads=[1, 1, 1, 1]),
+               name="re3")
+    cat = g.add("Concat", e1, e3, name="cat", axis=1)
+    g.outputs = [g.add("Conv", cat, const("wo", 5, 12, 1, 1), name="head")]
+    return Model(g)
+
+
+def test_kernels_write_concatenated_and_fused_values_in_place(tmp_path: Path) -> None:
+    """Conv -> Relu branches write their slices of a float Concat, and a convolution whose fused
+    BatchNorm got a buffer of its own writes there: no copy after them, unless something the kernel
+    reads, or something live until the consumer runs, overlaps those bytes (then the copy stays).
+    Outputs stay the float interpreter's (1e-4 of their largest magnitude: summation order)."""
+    x = np.random.default_rng(4).standard_normal((3, 3, 12, 12)).astype(np.float32)
+    model = fire_model()
+    buffers = generate(model, "fire").layout.buffers
+    ends = np.cumsum([0] + [-(-b.size // 64) * 64 for b in buffers])
+    offsets = {b.name: int(e) for b, e in zip(buffers, ends)}
+    apart = ArenaPlan(offsets, int(ends[-1]), 0, "apart", False, 64)
+    # the Concat over the squeeze output (across both slices), which both branches read: e3 reads it
+    # for the last time at the step that would write the second slice
+    top = int(ends[-1])
+    over = ArenaPlan({**offsets, "squeeze": top + 2304, "cat": top}, top + 6912, 0, "over", False, 64)
+    for plan, in_place in ((over, 0), (apart, 2)):
+        model = fire_model()
+        model.products.put(plan)
+        exe = build(model, tmp_path / f"fire{in_place}", FLAGS["tiny-sanitized"])
+        body = (tmp_path / f"fire{in_place}" / f"fire{in_place}.c").read_text().split("_run_with_arena")[1]
+        assert body.count("written in place by its producer") == in_place
+        assert body.count("qcc_concat_f32_f32(") == 2 - in_place
+        want = flat_outputs(model, run_model(model, {"x": x}), len(x))
+        assert np.max(np.abs(run_c(exe, x, out_size(model)) - want)) <= 1e-4 * np.max(np.abs(want))
+    out = tmp_path / "d_f32"
+    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)  # plan-memory: BatchNorms own buffers
+    body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
+    assert "bn2 (BatchNorm): computed by the kernel of conv2 into its own buffer" in body
+    assert "bn1 (BatchNorm): a copy" in body  # its buffer is the input conv1 reads
+    exe = build(digits, tmp_path / "d_san", FLAGS["tiny-sanitized"])
+    xd = np.load(DIGITS / "test.npz")["x"][:20]
+    want = flat_outputs(digits, run_model(digits, {"x": xd}), len(xd))
+    assert np.max(np.abs(run_c(exe, xd, out_size(digits)) - want)) <= 1e-4 * np.max(np.abs(want))

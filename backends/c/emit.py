@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 from qcc.backends.c.ctype import comment_text, string_literal
 from qcc.backends.c.kernels import movement as KM
@@ -17,7 +19,7 @@ from qcc.backends.c.lower import (
     numel,
     static_shape,
 )
-from qcc.backends.c.memory import Layout, layout
+from qcc.backends.c.memory import Layout, direct_writes, layout
 from qcc.backends.c.modes import numeric_mode
 
 from qcc import __version__
@@ -48,7 +50,8 @@ def generate(model: Model, name: str) -> Generated:
         return lw.ctype(value).size * numel(value)
 
     lay = layout(model, lw.steps, nbytes, align)
-    body = _run_body(model, lw, lay)
+    body = _run_body(model, lw, lay, nbytes)
+    lw.kernels.prune("\n".join(body))
     arena_ctype = f"int{8 * align}_t" if lw.mode.integer else "float"
     files = {
         f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align),
@@ -62,11 +65,16 @@ def generate(model: Model, name: str) -> Generated:
     return Generated(files, ident, lw.mode.name, lay, lay.plan.total, islands)
 
 
-def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
+def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value], int]) -> list[str]:
+    redirect = direct_writes(model.graph, lw.steps, lay, nbytes)
+
     def resolve(arg: Arg, node: Node | None) -> str:
         if isinstance(arg, str):
             return arg
         value = arg.value
+        target = redirect.get(id(value))
+        if target is not None:
+            return f"(({lw.ctype(value).name} *)(void *)(a + {lay.offset(target.value)} + {target.byte}))"
         offset = lay.offset(value)
         if offset is None:  # a view of a constant
             assert node is not None
@@ -103,6 +111,10 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
     lines = transfer(model.graph.inputs, inbound=True)
     for step in lw.steps:
         node = step.node
+        if step.alias and node.outputs and getattr(redirect.get(id(node.input(0))), "value", None) is node.outputs[0]:
+            lines.append(f"    /* {comment_text(node.name)} ({node.op}): computed by the kernel of "
+                         f"{comment_text(node.input(0).name)} into its own buffer */")
+            continue
         if step.alias and id(node.outputs[0]) in lay.copies:
             out, src = node.outputs[0], node.input(0)
             lines.append(f"    /* {comment_text(node.name)} ({node.op}): a copy, the memory plan gave it its own buffer */")
@@ -114,7 +126,12 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
             lines.append(f"    /* {comment_text(node.name)} ({node.op}): {what} {comment_text(node.input(0).name)} */")
             continue
         lines.append(f"    /* {comment_text(node.name)} ({node.op}) -> {node.outputs[0].quant or 'float32'} */")
-        lines += [call(c, node) for c in step.calls]
+        for c in step.calls:
+            written = c.args[0].value if node.op == "Concat" and isinstance(c.args[0], Ptr) else None
+            if written is not None and id(written) in redirect:
+                lines.append(f"    /* {comment_text(written.name)}: written in place by its producer */")
+            else:
+                lines.append(call(c, node))
     lines += transfer(model.graph.outputs, inbound=False)
     return lines
 

@@ -7,6 +7,7 @@ model uses, each after the helpers it calls, so only used code is emitted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 
@@ -273,6 +274,7 @@ class KernelSet:
     def __init__(self) -> None:
         self.code: dict[str, str] = {}
         self.uses_math = False
+        self.kernels: set[str] = set()
 
     def helper(self, name: str) -> None:
         if name in self.code:
@@ -288,7 +290,20 @@ class KernelSet:
             self.helper(helper)
         if name not in self.code:
             self.code[name] = make()
+            self.kernels.add(name)
         return name
+
+    def prune(self, body: str) -> None:
+        """Drop the kernels neither `body` nor another kernel calls (a Concat whose inputs were all
+        written in place): unused static functions are warnings, errors under -Werror."""
+        while True:
+            unused = [name for name in self.kernels if not any(
+                re.search(rf"\b{name}\(", text) for text in (body, *(c for k, c in self.code.items() if k != name)))]
+            if not unused:
+                return
+            for name in unused:
+                self.kernels.discard(name)
+                del self.code[name]
 
     def source(self) -> str:
         return "".join(self.code.values())

@@ -28,7 +28,7 @@ from qcc.sim.affine_int import run_affine_int
 from qcc.sim.fixed import run_fixed
 from qcc.sim.interpreter import run_model
 from tests.fixed_models import annotate_fixed
-from tests.test_backend_c import HARNESS, STRICT, run_c
+from tests.test_backend_c import HARNESS, STRICT, make_and_run, run_c
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
@@ -168,7 +168,8 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
     table in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
-    BatchNorm, which has no in-place trait, its own buffer: the fused values are copied there.)"""
+    BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
+    are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
     out = tmp_path / "d_f32"
     qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
@@ -189,13 +190,7 @@ def test_makefile_takes_arch_flags_over_a_portable_default(tmp_path: Path) -> No
     native = subprocess.run(["make", "-n", "-C", str(out), "ARCH_FLAGS=-O3 -march=native"], capture_output=True,
                             text=True, check=True).stdout
     assert "-O3 -march=native" in native
-    build_native = subprocess.run(["make", "-s", "-C", str(out), f"ARCH_FLAGS={' '.join(native_flags())}"],
-                                  capture_output=True, text=True)
-    assert build_native.returncode == 0, build_native.stderr
-    x = np.load(DIGITS / "test.npz")["x"][:1]
-    x.astype("<f4").tofile(out / "in.bin")
-    run = subprocess.run([str(out / "model"), str(out / "in.bin"), str(out / "out.bin")], capture_output=True)
-    assert run.returncode == 0, run.stderr
+    x = make_and_run(out, f"ARCH_FLAGS={' '.join(native_flags())}")
     model, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / "again", quantize="int8",
                                   calib=str(DIGITS / "calib.npz"))
     want = run_affine_int(model, {"x": x})["logits"].reshape(-1)

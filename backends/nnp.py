@@ -33,7 +33,8 @@ from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_q
 EXECUTOR = "Runtime"
 NNABLA_QUANTIZE = Tolerance(20.0, 0.98, "nnabla's quantize functions compute in float32 and round their own "
                             "way: one step apart from qcc's simulation on a few elements")
-AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+AFFINE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                 "int4": (-8, 7), "uint4": (0, 15)}
 
 
 class NnpWriter:

@@ -41,8 +41,13 @@ from qcc.target import Backend, WriteResult
 ACTIVATION_DTYPES = {"int8": 13, "uint8": 13, "int16": 21, "uint16": 21}
 """QuantizeLinear output types -> the opset that first allows them."""
 
-CONSTANT_DTYPES = {"int8": 13, "uint8": 13, "int32": 13, "int16": 21, "uint16": 21}
+CONSTANT_DTYPES = {"int8": 13, "uint8": 13, "int32": 13, "int16": 21, "uint16": 21, "int4": 21, "uint4": 21}
 """DequantizeLinear input types -> the opset that first allows them."""
+
+FOUR_BIT = {"int4": "int8", "uint4": "uint8"}
+"""4-bit weights: ONNX INT4/UINT4 initializers (opset 21, packed two per byte), which ONNX Runtime
+1.23 dequantizes per tensor and per axis; any other 4-bit constant is stored in the 8-bit type
+of the same sign (same values) with a report line."""
 
 STORAGES: dict[str, tuple[bool, bool]] = {"ort": (True, True), "ort-vnni": (True, False),
                                          "annotated": (False, False)}
@@ -99,8 +104,10 @@ def qparams(quant: QuantType | None, name: str) -> QParams | None:
     if quant is None or isinstance(quant, Float32):
         return None
     if isinstance(quant, Affine):
+        from qcc.quant.numerics import NUMPY_STORAGE
+
         scale = np.asarray(quant.scale, np.float32)
-        zp = np.asarray(quant.zero_point, np.int64).astype(quant.dtype)
+        zp = np.asarray(quant.zero_point, np.int64).astype(NUMPY_STORAGE.get(quant.dtype, quant.dtype))
         if quant.axis is None:
             scale, zp = scale.reshape(()), zp.reshape(())
         return QParams(quant.dtype, scale, zp, quant.axis)
@@ -110,6 +117,10 @@ def qparams(quant: QuantType | None, name: str) -> QParams | None:
     if isinstance(quant, Sign):
         return QParams("int8", np.ones((), np.float32), np.zeros((), np.int8))
     raise UnsupportedError(f"onnx-qdq: tensor {name!r} has annotation {quant!r} with no QDQ form")
+
+
+def numpy_dtype(dtype: str) -> str:
+    return FOUR_BIT.get(dtype, dtype)
 
 
 def integers(value: Value, params: QParams) -> np.ndarray:
@@ -128,7 +139,7 @@ def integers(value: Value, params: QParams) -> np.ndarray:
         if params.axis is not None:
             shape[params.axis] = -1
         shift = (params.zero_point.astype(np.int64) - zp).reshape(shape if params.axis is not None else ())
-        return (q + shift).astype(params.dtype)
+        return (q + shift).astype(numpy_dtype(params.dtype))
     stored = apply_annotation(value.const.astype(np.float32), quant)
     return quantize_affine(stored, params.scale, params.zero_point, params.dtype, params.axis)
 
@@ -255,6 +266,10 @@ def plan(model: Model, storage: str = "ort") -> Lowering:
         params = qparams(value.quant, value.name)
         if params is not None:
             weight = all(get_schema(n.op).role(i).kind == "weight" for n, i in value.uses())
+            if params.dtype in FOUR_BIT and not weight:
+                params = attrs.evolve(params, dtype=FOUR_BIT[params.dtype])
+                low.fallback(value, f"{value.quant}: ONNX Runtime dequantizes 4-bit integers only as weights; "
+                             f"stored as {params.dtype} (same values)")
             params = stored(params, uint8_weights if weight else uint8_activations)
             low.need(params.dtype, CONSTANT_DTYPES, value.name)
             low.constants[id(value)] = params
@@ -286,7 +301,19 @@ class QdqWriter(OnnxWriter):
         self.low = low
 
     def params(self, base: str, p: QParams) -> list[str]:
-        return [self.const(f"{base}_scale", p.scale), self.const(f"{base}_zero_point", p.zero_point)]
+        return [self.const(f"{base}_scale", p.scale), self.integer_const(f"{base}_zero_point", p.zero_point, p.dtype)]
+
+    def integer_const(self, base: str, array: np.ndarray, dtype: str) -> str:
+        """An integer initializer of the ONNX type `dtype` (INT4/UINT4: packed by onnx.helper)."""
+        if dtype not in FOUR_BIT:
+            return self.const(base, array)
+        from onnx import TensorProto, helper
+
+        name = self.fresh(base)
+        kind = TensorProto.INT4 if dtype == "int4" else TensorProto.UINT4
+        values = np.asarray(array).astype(np.int64)
+        self.initializers.append(helper.make_tensor(name, kind, list(values.shape), values.reshape(-1).tolist()))
+        return name
 
     def dequantize(self, q: str, out: str, base: str, p: QParams) -> None:
         axis = {} if p.axis is None else {"axis": p.axis}
@@ -314,7 +341,7 @@ class QdqWriter(OnnxWriter):
         if p is None:
             super().emit_constant(value)
             return
-        q = self.const(f"{value.name}_quantized", integers(value, p))
+        q = self.integer_const(f"{value.name}_quantized", integers(value, p), p.dtype)
         self.dequantize(q, value.name, value.name, p)
 
     def emit_node(self, node: Node) -> None:

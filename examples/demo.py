@@ -60,17 +60,30 @@ def nnb_logits(path: Path, x: np.ndarray) -> tuple[np.ndarray, str]:
 
     from qcc.sim import run_model
 
+    nnb = read_nnb(path.read_bytes(), str(path))
     runtime = os.environ.get("QCC_NNABLART") or shutil.which("nnablart")
-    if runtime:
+    if runtime:  # files in the variables' types: float32, or int8/int16 at their fixed-point position
+        xin, out = nnb.variables[nnb.inputs[0]], nnb.variables[nnb.outputs[0]]
         rows = []
         work = path.parent
         for image in x:
-            (work / "in.bin").write_bytes(np.ascontiguousarray(image[None], dtype="<f4").tobytes())
+            if xin.dtype.name == "FLOAT":
+                raw = np.ascontiguousarray(image[None], dtype="<f4")
+            else:  # round half to even and saturate, as qcc quantizes a graph input
+                lo, hi = (-128, 127) if xin.dtype.name == "INT8" else (-32768, 32767)
+                raw = np.clip(np.rint(np.ldexp(image[None].astype(np.float32), xin.fp_pos)), lo, hi)
+                raw = raw.astype("i1" if xin.dtype.name == "INT8" else "<i2")
+            (work / "in.bin").write_bytes(raw.tobytes())
             subprocess.run([runtime, "infer", str(path), str(work / "in.bin"), str(work / "nnb_out")], check=True,
                            capture_output=True)
-            rows.append(np.fromfile(work / "nnb_out_0.bin", dtype="<f4"))
+            data = (work / "nnb_out_0.bin").read_bytes()
+            if out.dtype.name == "FLOAT":
+                rows.append(np.frombuffer(data, "<f4"))
+            else:
+                ints = np.frombuffer(data, "i1" if out.dtype.name == "INT8" else "<i2")
+                rows.append(np.ldexp(ints.astype(np.float32), -out.fp_pos))
         return np.stack(rows), "nnabla-c-runtime"
-    model = lift_nnb(read_nnb(path.read_bytes(), str(path)))
+    model = lift_nnb(nnb)
     return next(iter(run_model(model, {model.graph.inputs[0].name: x}, quantized=True).values())), \
         "qcc emulation of the .nnb"
 

@@ -63,13 +63,18 @@ from qcc.ir.core import Graph, Model, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, Float32, Sign
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.quant.fixedpoint import fixed_point_position, param_fixed_point_position
+from qcc.quant.fixedpoint import (
+    auto_position,
+    fixed_point_position,
+    param_fixed_point_position,
+    position_errors,
+)
 from qcc.quant.numerics import fixed_bounds
 from qcc.quant.ranges import percentile
 from qcc.quant.stats import TensorStats
 from qcc.target import ANY_FIXED_POINT, NNABLA_C_RUNTIME, FixedPointRules
 
-STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse"}
+STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse", "auto": "mse"}
 FLOAT = 0  # width of a value kept in float
 SHARE_WHY = "views, Relu, MaxPool, Concat, a bias and its output, and the inputs of the target's in-place Add share positions"
 
@@ -217,6 +222,8 @@ class _Assignment:
     # ------------------------------------------------------------------ positions
     def _act_position(self, stats: TensorStats, bits: int, partial_sums: int = 1) -> int:
         lo, hi = self.frac_limits
+        if self.opts.method == "auto":
+            return auto_position(stats, bits, self.act_rounding, partial_sums, lo, hi)[0]
         if self.opts.method == "mse" and partial_sums > 1:
             return _accumulating_position(stats, bits, partial_sums, lo, hi)
         if self.opts.method == "percentile":
@@ -331,6 +338,8 @@ class _Assignment:
             v.quant = FixedPoint(width, position[root], self.act_rounding)
             v.meta["report"] = activation_entry(calib.get(v.name), v.quant, self.opts.method, self.act_rounding,
                                                 relu_only=relu_only(v, graph))
+            if self.opts.method == "auto":  # the least-error position; 'minmax' when it clips nothing
+                v.meta["report"]["chosen"] = "mse" if v.meta["report"].get("clip_fraction") else "minmax"
         for v in values:  # pinned fixed values get report fields too
             if pinned(v) and isinstance(v.quant, FixedPoint):
                 data = param_data(v)
@@ -349,21 +358,15 @@ def _accumulating_position(stats: TensorStats, bits: int, partial_sums: int, lo:
     channels make that the larger term, so the position comes out one or two finer than the
     storage-only optimum.
     """
-    from qcc.quant.histerr import expected_sq_error
     from qcc.quant.stats import extent_for
 
-    qmin, qmax = fixed_bounds(bits)
     fits = bits - 1 - extent_for(max(stats.absmax, 1e-30))
     cands = [f for f in range(fits - 1, fits + bits + 1)
              if (lo is None or f >= lo) and (hi is None or f <= hi)]
     if not cands:
         return fixed_point_position(stats, bits, "mse", rounding="trunc", min_frac=lo, max_frac=hi)
     fracs = np.array(cands)
-    step = np.ldexp(1.0, -fracs)
-    err = expected_sq_error(stats, step, step * qmax, step * -qmin, "trunc")
-    nonzero = max(stats.count - stats.zero_count, 0)
-    err = err + (partial_sums - 1) * nonzero * step**2 / 3.0
-    return int(fracs[int(np.argmin(err))])
+    return int(fracs[int(np.argmin(position_errors(stats, bits, fracs, "trunc", partial_sums)))])
 
 
 def _width_text(width: int) -> str:

@@ -33,14 +33,25 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
+from qcc.passes.channel_fold import (
+    fold_input_affine,
+    fold_output_affine,
+    layer_bias,
+    output_channels,
+    reads_padding,
+    set_layer_bias,
+)
 from qcc.passes.quantutil import check_choices, has_weight
 
 from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.ir.surgery import replace_node
 from qcc.ir.types import Sign
 from qcc.pm.base import Pass, PassContext, PassResult
 
 SECTION = "fold_bn"
+BN_STATS = "bn_stats"
+"""value.meta key: (mean, std) per channel of a layer output that absorbed a BatchNorm."""
 SCALE_OPS = ("Mul", "Add", "Sub")
 """Binary ops that are channel-affine when one operand is a per-channel constant."""
 
@@ -224,45 +235,35 @@ def _parameter_refusal(graph: Graph, layer: Node) -> str:
     return ""
 
 
-def _channel_view(layer: Node, w: np.ndarray, per_channel: np.ndarray) -> np.ndarray:
-    """per_channel reshaped to broadcast over the weight's output channels."""
-    if layer.op == "Conv":
-        return per_channel.reshape(-1, *([1] * (w.ndim - 1)))
-    if layer.op == "Dense":
-        return per_channel.reshape(1, -1)
-    group = int(layer.attrs["group"])  # ConvTranspose: (C, O/g, kh, kw), channel g*(O/g) + j
-    c, og = w.shape[0], w.shape[1]
-    full = np.broadcast_to(per_channel.reshape(group, 1, og, 1, 1), (group, c // group, og, 1, 1))
-    return full.reshape(c, og, 1, 1)
-
-
 def _fold_into_producer(graph: Graph, chain: ChannelAffine) -> None:
     layer = chain.x.producer()
     assert layer is not None
     weight = layer.input(1)
     w = weight.const
     assert w is not None
-    s, t = chain.scale, chain.shift
-    weight.const = np.ascontiguousarray((w.astype(np.float64) * _channel_view(layer, w, s)).astype(w.dtype))
-    _set_bias(graph, layer, _bias(layer, s.shape[0]) * s + t)
+    new_w, new_b = fold_output_affine(layer, w.astype(np.float64), layer_bias(layer, chain.scale.shape[0]),
+                                      chain.scale, chain.shift)
+    weight.const = np.ascontiguousarray(new_w.astype(w.dtype))
+    set_layer_bias(graph, layer, new_b)
+    stats = _normalized_stats(chain)
     _bypass(graph, chain, layer.outputs[0])
+    if stats is not None:
+        layer.outputs[0].meta[BN_STATS] = stats
 
 
-def _bias(layer: Node, channels: int) -> np.ndarray:
-    bias = layer.inputs[2] if len(layer.inputs) > 2 else None
-    return np.zeros(channels) if bias is None or bias.const is None else bias.const.astype(np.float64)
-
-
-def _set_bias(graph: Graph, layer: Node, new_b: np.ndarray) -> None:
-    dtype = layer.input(1).type.dtype
-    bias = layer.inputs[2] if len(layer.inputs) > 2 else None
-    if bias is None:
-        bias = graph.add_constant(graph.unique_name(f"{layer.name}.bias"), new_b.astype(dtype))
-        if len(layer.inputs) < 3:
-            layer.inputs = (*layer.inputs, None)
-        layer.set_input(2, bias)
-    else:
-        bias.const = new_b.astype(dtype)
+def _normalized_stats(chain: ChannelAffine) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-channel (mean, std) of the chain's output as its BatchNorm promises it (beta, |gamma|,
+    through the Mul/Add after it): what analytical bias correction and bias absorption assume
+    about a folded layer's output when no data is given (Nagel et al. 2019)."""
+    head = chain.nodes[0]
+    if head.op != "BatchNorm":
+        return None
+    gamma, beta = (np.asarray(v.const, np.float64) for v in head.inputs[1:3])  # type: ignore[union-attr]
+    mean, std = beta.copy(), np.abs(gamma)
+    for part in map(channel_affine, chain.nodes[1:]):
+        assert part is not None
+        mean, std = mean * part.scale + part.shift, std * np.abs(part.scale)
+    return mean, std
 
 
 def _bypass(graph: Graph, chain: ChannelAffine, value: Value) -> None:
@@ -291,13 +292,13 @@ def _forward_refusal(graph: Graph, chain: ChannelAffine) -> str:
     layer = _sole_reader(graph, chain.out)
     if layer is None:
         return "its output has several readers (or is a graph output)"
-    if layer.op not in ("Conv", "Dense") or layer.inputs[0] is not chain.out:
+    if not has_weight(layer) or get_schema(layer.op).has("scatters") or layer.inputs[0] is not chain.out:
         return f"followed by {layer.op} {layer.name!r}, not by a Conv or Dense it can fold into"
     reason = _parameter_refusal(graph, layer)
     if reason:
         return reason
-    if layer.op == "Conv" and any(layer.attrs["pads"]) and np.any(chain.shift):
-        return f"Conv {layer.name!r} pads with zeros where the shift would be"
+    if reads_padding(layer) and np.any(chain.shift):
+        return f"{layer.op} {layer.name!r} pads with zeros where the shift would be"
     return ""
 
 
@@ -308,17 +309,9 @@ def _fold_into_consumer(graph: Graph, chain: ChannelAffine) -> None:
     w = weight.const
     assert w is not None
     w64 = w.astype(np.float64)
-    if layer.op == "Dense":  # w (K, M), K = the chain's channels
-        scale, shift = chain.scale.reshape(-1, 1), chain.shift.reshape(-1, 1)
-        extra = (w64 * shift).sum(axis=0)
-    else:  # w (O, C/g, kh, kw): output o of group o // (O/g) reads channels g*(C/g) + i
-        group = int(layer.attrs["group"])
-        per_group = w.shape[1]
-        index = (np.arange(w.shape[0]) // (w.shape[0] // group))[:, None] * per_group + np.arange(per_group)
-        scale, shift = chain.scale[index][:, :, None, None], chain.shift[index][:, :, None, None]
-        extra = (w64 * shift).sum(axis=(1, 2, 3))
-    weight.const = np.ascontiguousarray((w64 * scale).astype(w.dtype))
-    _set_bias(graph, layer, _bias(layer, w.shape[0] if layer.op == "Conv" else w.shape[1]) + extra)
+    new_w, new_b = fold_input_affine(layer, w64, layer_bias(layer, output_channels(layer, w)), chain.scale, chain.shift)
+    weight.const = np.ascontiguousarray(new_w.astype(w.dtype))
+    set_layer_bias(graph, layer, new_b)
     layer.set_input(0, chain.x)
     for node in reversed(chain.nodes):
         graph.remove(node)

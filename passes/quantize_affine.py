@@ -30,6 +30,7 @@ from qcc.passes.quantreport import activation_entry, parameter_entry, positive_p
 from qcc.passes.quantutil import (
     RangeMethod,
     activations_option,
+    bias_of,
     check_choices,
     is_bias_use,
     is_float,
@@ -53,7 +54,7 @@ from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint, QuantType
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.affine import affine_params, weight_affine_params
-from qcc.quant.ranges import choose_range
+from qcc.quant.ranges import auto, choose_range
 from qcc.quant.stats import TensorStats
 
 
@@ -65,7 +66,8 @@ class QuantizeAffine(Pass):
     requires = ("calibrate",)
 
     dtype: Literal["int8", "uint8"] = attrs.field(default="int8", metadata={"help": "activation dtype"})
-    weight_dtype: Literal["int8", "uint8"] = attrs.field(default="int8", metadata={"help": "weight dtype"})
+    weight_dtype: Literal["int8", "uint8", "int4", "uint4"] = attrs.field(
+        default="int8", metadata={"help": "weight dtype (int4/uint4: W4A8)"})
     per_channel: bool = attrs.field(default=True, metadata={"help": "per-output-channel weight scales"})
     symmetric: bool = attrs.field(default=False, metadata={"help": "symmetric activation ranges"})
     weight_symmetric: bool = attrs.field(default=True, metadata={"help": "symmetric weight ranges"})
@@ -91,21 +93,25 @@ class QuantizeAffine(Pass):
         for value in params:
             self._annotate_param(value)
         for node in graph.nodes:
-            if node.op in ("Conv", "ConvTranspose", "Dense") and len(node.inputs) > 2 and node.inputs[2] is not None:
-                _annotate_bias(node)
+            if bias_of(node) is not None:
+                annotate_bias(node)
         for value in params:
             _copy_from_quantize(value)
         return PassResult(model, True, frozenset({"*"}))
 
     # ------------------------------------------------------------------ activations
-    def _range(self, stats: TensorStats, dtype: str) -> tuple[float, float]:
+    def _range(self, stats: TensorStats, dtype: str) -> tuple[float, float, str]:
+        """(lo, hi, what chose it): `auto` names its pick per tensor (minmax or mse)."""
+        if self.method == "auto":
+            (lo, hi), choice = auto(stats, dtype=dtype, symmetric=self.symmetric)
+            return lo, hi, choice
         if self.method == "percentile":
-            return choose_range(stats, "percentile", pct=self.percentile)
+            return (*choose_range(stats, "percentile", pct=self.percentile), "percentile")
         if self.method == "mse":
-            return choose_range(stats, "mse", dtype=dtype, symmetric=self.symmetric)
+            return (*choose_range(stats, "mse", dtype=dtype, symmetric=self.symmetric), "mse")
         if self.method == "entropy":
-            return choose_range(without_zeros(stats), "entropy", dtype=dtype, symmetric=self.symmetric)
-        return choose_range(stats, self.method)
+            return (*choose_range(without_zeros(stats), "entropy", dtype=dtype, symmetric=self.symmetric), "entropy")
+        return (*choose_range(stats, self.method), self.method)
 
     def _annotate_class(self, members: list[Value], calib: Calibration, graph: Graph) -> None:
         dtype = members[0].meta.get("affine_dtype") or self.dtype
@@ -118,10 +124,13 @@ class QuantizeAffine(Pass):
         lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
         scale, zp = affine_params(lo, hi, dtype, self.symmetric, name=members[0].name)
         quant = Affine((scale,), (zp,), dtype)
+        chosen = sorted({r[2] for r in ranges})
         for m in members:
             m.quant = quant
             m.meta["report"] = activation_entry(calib.get(m.name), quant, self.method,
                                                 relu_only=relu_only(m, graph))
+            if self.method == "auto":
+                m.meta["report"]["chosen"] = "+".join(chosen)
 
     # ------------------------------------------------------------------ parameters
     def _annotate_param(self, value: Value) -> None:
@@ -142,7 +151,7 @@ class QuantizeAffine(Pass):
             value.meta["report"] = parameter_entry(data, value.quant)
             return
         if any(is_bias_use(n, i) for n, i in weight_uses(value)):
-            return  # biases: after their inputs and weights (_annotate_bias)
+            return  # biases: after their inputs and weights (annotate_bias)
         other = [n for n, _ in uses if not get_schema(n.op).has("quantizes_constants")]
         if other:
             set_float(value, f"parameter of {other[0].op} {other[0].name!r}"
@@ -165,8 +174,9 @@ def scales_of(quant: QuantType | None) -> np.ndarray | None:
     return None
 
 
-def _annotate_bias(node: Node) -> None:
-    bias = node.inputs[2]
+def annotate_bias(node: Node) -> None:
+    """int32 at s_x * s_w (per weight channel), zero point 0: how integer kernels add a bias."""
+    bias = bias_of(node)
     assert bias is not None
     if pinned(bias) or not is_float(bias) or bias.quant is not None:
         return

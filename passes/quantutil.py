@@ -7,16 +7,18 @@ tensor is a weight, which bias belongs to which output, or which values share an
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import attrs
 import numpy as np
 
-from qcc.errors import InvalidInputError
+from qcc.errors import InternalError, InvalidInputError, UsageError
 from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
+from qcc.ir.types import Sign
 from qcc.pm.base import PassContext
 
 
@@ -96,6 +98,44 @@ def weight_axis(node: Node) -> int:
     if axis is None:
         raise ValueError(f"{node.op} has no weight input")
     return axis
+
+
+def clamp_bounds(node: Node) -> tuple[float | None, float | None] | None:
+    """(lower, upper) of a clamping op (the registry's `clamp` trait: Relu (0, None), Relu6 = Clip
+    (0, 6)); None for any other op.
+
+    A clamp with lower bound 0 commutes with a positive per-channel scale as long as the upper
+    bound is never reached, which is what cross-layer equalization needs to know.
+    """
+    schema = get_schema(node.op)
+    if not schema.has("clamp") or schema.bounds is None:
+        return None
+    return schema.bounds(node.attrs)
+
+
+def folds_channels(node: Node) -> bool:
+    """A weighted layer that gathers its inputs (Conv, Dense: not a `scatters` op) with a constant,
+    unshared weight and bias: per-channel maps fold into it on both sides (passes/channel_fold.py
+    reads the layouts from the weight's role)."""
+    schema = get_schema(node.op)
+    index = schema.weight_input
+    if index is None or schema.has("scatters") or len(node.inputs) <= index or node.inputs[index] is None:
+        return False
+    params = [v for v in (node.inputs[index], bias_of(node)) if v is not None]
+    return all(v.const is not None and len(v.uses()) == 1 and not isinstance(v.quant, Sign)
+               and not v.meta.get("pinned") for v in params)
+
+
+def commutes_with_channel_scale(node: Node) -> bool:
+    """f(x * s) == f(x) * s for a positive per-channel s on axis 1, channel c staying channel c:
+    pooling (the `channel_pool` trait), and views of an (N, C, 1, ...) tensor to (N, C)."""
+    if get_schema(node.op).has("channel_pool"):
+        return True
+    if not is_view(node) or not node.inputs or node.inputs[0] is None:
+        return False
+    src, dst = node.input(0).type.shape, node.outputs[0].type.shape
+    return (len(src) >= 2 and len(dst) >= 2 and src[1] == dst[1]
+            and all(d == 1 for d in (*src[2:], *dst[2:])))
 
 
 def check_finite_params(model: Model) -> None:
@@ -192,6 +232,38 @@ def calibration(ctx: PassContext, model: Model, who: str) -> Any:
     return ctx.analyses.get(CalibrationStats(who), model)
 
 
+def annotation_pass(model: Model, who: str) -> Any:
+    """The annotation pass that ran last on the model, or a usage error naming the pass that needs it."""
+    last = model.products.get(LastAnnotation)
+    if last is None:
+        raise UsageError(f"pass {who!r} needs an annotation pass before it (quantize-affine or assign-fixed-point)")
+    return last.annotation_pass
+
+
+def calibration_data(ctx: PassContext, who: str, samples: int | None = None) -> dict[str, Any]:
+    """--calib's arrays (the first `samples` of a Python stream), or a usage error naming the
+    pass that needs them."""
+    if ctx.calib_data is None:
+        raise UsageError(f"pass {who!r} needs calibration data (--calib DATA.npz)")
+    if isinstance(ctx.calib_data, dict):
+        return ctx.calib_data
+    if samples is None:
+        raise InternalError(f"pass {who!r} reads a calibration stream without a sample count")
+    return ctx.calib_data.take(samples)
+
+
+def calibration_feeds(model: Model, ctx: PassContext, who: str, samples: int,
+                      batch_size: int) -> tuple[dict[str, np.ndarray], int]:
+    """The first `samples` calibration samples bound to the model's inputs, and the batch to run
+    them in (a static batch dimension, e.g. torchvision exports' 1, wins as in calibrate)."""
+    from qcc.data import batching, bind_inputs
+
+    feeds, _ = bind_inputs(model, dict(calibration_data(ctx, who, samples)), ctx.calib_name)
+    count = min(samples, len(next(iter(feeds.values()))) if feeds else 0)
+    batch, count = batching(model, count, batch_size, ctx.calib_name, f"pass {who!r}")
+    return {k: v[:count] for k, v in feeds.items()}, batch
+
+
 def start_annotation(model: Model, ctx: PassContext, annotation_pass: Any) -> Any:
     """Common start of quantize-affine / assign-fixed-point: their statistics, finite parameters,
     previous (non-pinned) decisions forgotten, and the pass recorded for `sensitivity`."""
@@ -205,10 +277,73 @@ def start_annotation(model: Model, ctx: PassContext, annotation_pass: Any) -> An
 
 @attrs.frozen
 class LastAnnotation:
-    """The annotation pass (with its options) that ran last on the model: `sensitivity` re-runs
-    it with some layers promoted."""
+    """The annotation pass (with its options) that ran last on the model: `sensitivity` and
+    `accuracy-control` re-run it with some layers promoted."""
 
     annotation_pass: Any
+
+
+@attrs.frozen
+class Refinements:
+    """Passes that adjusted the parameters of the annotated model (bias-correct), in pipeline
+    order: undone before the annotation pass runs again and re-applied after it (`reannotate`),
+    each through its `undo(model)` and `run(model, ctx)`."""
+
+    passes: tuple[Any, ...] = ()
+
+
+def calibration_batches(model: Model, ctx: PassContext, samples: int,
+                        batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+    """The first `samples` calibration samples in batches (a static batch dimension wins; a
+    remainder it cannot hold is dropped)."""
+    from qcc.data import bind_inputs
+
+    data = {} if ctx.calib_data is None else calibration_data(ctx, "calibration", samples)
+    feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
+    count = min(len(next(iter(feeds.values()))), samples) if feeds else 0
+    static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
+    batch = int(static[0]) if static else batch_size
+    for start in range(0, count - count % batch if static else count, batch):
+        yield {k: v[start:start + batch] for k, v in feeds.items()}
+
+
+def register_refinement(model: Model, refinement: Any) -> None:
+    """Record a pass that refines the annotated model, once per name, in pipeline order."""
+    known = model.products.get(Refinements) or Refinements()
+    model.products.put(Refinements((*(p for p in known.passes if p.name != refinement.name), refinement)))
+
+
+def reannotate(model: Model, ctx: PassContext) -> None:
+    """Run the annotation pass again (it honours changed width/dtype requests), with every
+    refinement undone before and re-applied after, so the model is never half-finished."""
+    refinements = (model.products.get(Refinements) or Refinements()).passes
+    for refinement in reversed(refinements):
+        refinement.undo(model)
+    annotation_pass(model, "reannotate").run(model, ctx)
+    for refinement in refinements:
+        refinement.run(model, ctx)
+
+
+ORIGINAL_KEYS = ("weight_before_rounding", "bias_before_rounding", "bias_before_correction")
+"""value.meta keys where refinements keep a parameter's float values from before they changed it."""
+
+
+@contextlib.contextmanager
+def original_parameters(model: Model) -> Iterator[None]:
+    """The parameters as the float model had them (before bias-correct / learned-rounding), for a
+    float reference run; the refined ones are back afterwards."""
+    swapped = []
+    for value in model.graph.constants:
+        for key in ORIGINAL_KEYS:
+            if key in value.meta:
+                swapped.append((value, value.const))
+                value.const = value.meta[key]
+                break
+    try:
+        yield
+    finally:
+        for value, const in swapped:
+            value.const = const
 
 
 def keep_unmarked_float(values: Iterable[Value]) -> None:
@@ -270,13 +405,21 @@ def check_choices(options: Any) -> None:
             raise ValueError(f"option {field.name} must be one of {'|'.join(map(str, choices))}, not {value!r}")
 
 
-RangeMethod = Literal["minmax", "percentile", "entropy", "mse"]
+RangeMethod = Literal["minmax", "percentile", "entropy", "mse", "auto"]
 """The --method choices, shared by quantize-affine and assign-fixed-point."""
 
 
 def _percent(_: object, attribute: object, value: float) -> None:
     if not 0.0 < value <= 100.0:
         raise ValueError(f"percentile must be in (0, 100], got {value}")
+
+
+def at_least(minimum: float) -> Callable[[Any, Any, float], None]:
+    """attrs validator: the option is >= minimum (the passes' sample counts, iterations, rates)."""
+    def check(_: Any, attribute: Any, value: float) -> None:
+        if not value >= minimum:
+            raise ValueError(f"{attribute.name} must be >= {minimum:g}, got {value}")
+    return check
 
 
 def percentile_option() -> Any:

@@ -6,7 +6,8 @@
    runs the fake-quantizing interpreter (storage rounding, not a target's integer kernels).
 2. With `max_layers` or `target_sqnr`, the most sensitive layers are promoted one by one (to 16
    bits or to float, `promote_to`), re-running the annotation pass that ran before this one
-   (quantize-affine or assign-fixed-point, which honour the promotion like a user override),
+   (quantize-affine or assign-fixed-point, which honour the promotion like a user override;
+   affine 16 bits: int16 activations and weights),
    and the whole model's output SQNR is measured (bit-exact integer kernels for an all fixed-point
    model). It stops when the target is met or the layers run out, and always leaves the model
    with the best output SQNR it saw, never a half-finished one (Neural Compressor #2261).
@@ -24,14 +25,18 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantutil import (
-    LastAnnotation,
+    annotation_pass,
+    calibration_feeds,
     check_choices,
     inherits,
+    is_bias_use,
     is_float,
+    reannotate,
     sharing_classes,
+    weight_uses,
 )
 
-from qcc.errors import QccError, UsageError
+from qcc.errors import QccError
 from qcc.ir.core import Model, Value
 from qcc.ir.types import Float32
 from qcc.pm.base import Pass, PassContext, PassResult
@@ -83,35 +88,10 @@ class Sensitivity(Pass):
         check_choices(self)
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
-        from qcc.data import batching, bind_inputs
-        from qcc.progress import progress_bar
-
-        last = model.products.get(LastAnnotation)
-        assign = last.annotation_pass if last is not None else None
-        if assign is None:
-            raise UsageError("pass 'sensitivity' needs an annotation pass before it "
-                             "(quantize-affine or assign-fixed-point)")
-        if ctx.calib_data is None:
-            raise UsageError("pass 'sensitivity' needs calibration data (--calib DATA.npz)")
-        data = ctx.calib_data if isinstance(ctx.calib_data, dict) else ctx.calib_data.take(self.samples)
-        feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
-        count = min(self.samples, len(next(iter(feeds.values()))) if feeds else 0)
-        # a static batch (torchvision exports: 1) fixes the batch, as in calibrate
-        batch, count = batching(model, count, self.batch_size, ctx.calib_name, "pass 'sensitivity'")
-        feeds = {k: v[:count] for k, v in feeds.items()}
+        assign = annotation_pass(model, self.name)
+        feeds, batch = calibration_feeds(model, ctx, self.name, self.samples, self.batch_size)
         layers = find_layers(model)
-        scores: list[tuple[str, float | None]] = []
-        with progress_bar(len(layers), "sensitivity", ctx.progress, unit="layer") as bar:
-            for name, values in layers:
-                active = {id(v) for v in values}
-
-                def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
-                    return LayerInterpreter(m, a, obs)
-
-                cmp = compare(model, model, feeds, batch_size=batch, tensors=False, make_interpreter=only_layer)
-                scores.append((name, cmp.output_sqnr()))
-                if bar:
-                    bar(1)
+        scores = list(zip([name for name, _ in layers], layer_scores(model, layers, feeds, batch, ctx.progress)))
         baseline = self._measure(model, feeds, batch)
         ranking = sorted(range(len(layers)), key=lambda i: _key(scores[i][1]))
         section: dict[str, Any] = {
@@ -141,7 +121,7 @@ class Sensitivity(Pass):
                 order: list[int], feeds: dict[str, np.ndarray], baseline: float | None,
                 batch: int) -> tuple[float | None, list[int]]:
         """Greedy: promote the next most sensitive layer, re-annotate, measure; keep the best."""
-        saved = {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
+        saved = save_annotations(model)
         scratch = attrs.evolve(ctx, report={})
         best, best_set = baseline, []
         promoted: list[int] = []
@@ -163,24 +143,61 @@ class Sensitivity(Pass):
 
     def _apply(self, model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], chosen: list[int],
                saved: dict[int, tuple[Value, Any, dict[str, Any]]], ctx: PassContext) -> None:
-        for value, quant, meta in saved.values():
-            value.quant, value.meta = quant, copy.copy(meta)
-        rules_for = getattr(assign, "rules_for", None)
-        fixed = rules_for is not None  # a fixed-point assignment: promote widths, not dtypes
-        one_type = rules_for(ctx).one_type_ops if rules_for is not None else frozenset()
-        for index in chosen:
-            for v in promotion_set(model, layers[index][1], one_type):
-                if v.meta.get("pinned"):
-                    continue
-                if self.promote_to == "float":
-                    v.quant = Float32()
-                    v.meta["pinned"] = True
-                    v.meta["float_reason"] = f"sensitivity: layer {layers[index][0]!r} kept in float"
-                elif fixed:
-                    v.meta["bits"] = 16
-                elif not v.is_const:
-                    v.meta["affine_dtype"] = "int16"
-        assign.run(model, ctx)
+        promote(model, assign, layers, {i: self.promote_to for i in chosen}, saved, ctx)
+
+
+def save_annotations(model: Model) -> dict[int, tuple[Value, Any, dict[str, Any]]]:
+    """Every value's annotation and metadata, to promote from (promote restores them first)."""
+    return {id(v): (v, v.quant, copy.copy(v.meta)) for v in model.graph.values()}
+
+
+def promote(model: Model, assign: Pass, layers: list[tuple[str, list[Value]]], levels: dict[int, str],
+            saved: dict[int, tuple[Value, Any, dict[str, Any]]], ctx: PassContext) -> None:
+    """Annotations as saved, then layer i promoted to levels[i] ('16' or 'float'), re-annotated
+    with every refinement (bias-correct) re-applied: always a finished model."""
+    for value, quant, meta in saved.values():
+        value.quant, value.meta = quant, copy.copy(meta)
+    rules_for = getattr(assign, "rules_for", None)
+    fixed = rules_for is not None  # a fixed-point assignment: promote widths, not dtypes
+    one_type = rules_for(ctx).one_type_ops if rules_for is not None else frozenset()
+    for index, level in levels.items():
+        for v in promotion_set(model, layers[index][1], one_type):
+            if v.meta.get("pinned"):
+                continue
+            if level == "float":
+                v.quant = Float32()
+                v.meta["pinned"] = True
+                v.meta["float_reason"] = f"layer {layers[index][0]!r} kept in float (promoted)"
+            elif fixed:
+                v.meta["bits"] = 16
+            elif not any(is_bias_use(n, i) for n, i in weight_uses(v)):  # activations and weights; a bias stays int32
+                v.meta["affine_dtype"] = "int16"
+    reannotate(model, ctx)
+
+
+def layer_scores(model: Model, layers: list[tuple[str, list[Value]]], feeds: dict[str, np.ndarray],
+                 batch_size: int, progress: bool = False) -> list[float | None]:
+    """Output SQNR of the model with only each layer's annotations applied (lowest: most sensitive)."""
+    from qcc.progress import progress_bar
+
+    scores: list[float | None] = []
+    with progress_bar(len(layers), "sensitivity", progress, unit="layer") as bar:
+        for _, values in layers:
+            active = {id(v) for v in values}
+
+            def only_layer(m: Model, obs: Any, a: set[int] = active) -> LayerInterpreter:
+                return LayerInterpreter(m, a, obs)
+
+            cmp = compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer)
+            scores.append(cmp.output_sqnr())
+            if bar:
+                bar(1)
+    return scores
+
+
+def sensitivity_order(scores: list[float | None]) -> list[int]:
+    """Layer indices, most sensitive (lowest SQNR) first."""
+    return sorted(range(len(scores)), key=lambda i: _key(scores[i]))
 
 
 def find_layers(model: Model) -> list[tuple[str, list[Value]]]:

@@ -32,7 +32,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from qcc.driver import METHODS, SCHEMES
+    from qcc.driver import METHODS, ROUNDINGS, SCHEMES
 
     parser = OneLineParser(
         prog="qcc",
@@ -58,8 +58,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="quantization scheme: " + ", ".join(SCHEMES))
     c.add_argument("--calib", metavar="DATA.npz", help="calibration data (arrays keyed by input name)")
     c.add_argument("--method", default=None, metavar="METHOD",
-                   help=f"activation range estimator: {', '.join(METHODS)} (default: minmax; mse for fixed8)")
+                   help=f"activation range estimator: {', '.join(METHODS)} (default: auto, the least-error "
+                        "range per tensor)")
     c.add_argument("--per-tensor", action="store_true", help="per-tensor (not per-channel) weight scales")
+    c.add_argument("--no-equalize", dest="equalize", action="store_false",
+                   help="no cross-layer equalization (on for per-tensor and fixed-point schemes)")
+    c.add_argument("--no-bias-correct", dest="bias_correct", action="store_false",
+                   help="no bias correction (on for every calibrated scheme)")
+    c.add_argument("--rounding", default=None, choices=ROUNDINGS,
+                   help="weight rounding: nearest, or learned (AdaRound; default for int4/uint4)")
+    c.add_argument("--max-accuracy-drop", type=float, default=None, metavar="X",
+                   help="promote sensitive layers (16-bit, then float) until top-1 on --eval drops <= X (0.01)")
     c.add_argument("--settings", metavar="settings.yaml", help="nnabla settings.yaml types/positions to pin")
     c.add_argument("--override", action="append", default=[], metavar="PATTERN=TYPE",
                    help="pin tensors matching PATTERN to TYPE (e.g. 'conv1*=FIXED16'); repeatable")
@@ -151,7 +160,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     to_stdout = args.report == "-"  # the JSON on stdout; the human summary moves to stderr
     model, report = run_compile(
         args.model, args.output, target=args.target, passes=args.passes, quantize=args.quantize,
-        calib=args.calib, method=args.method, per_tensor=args.per_tensor, settings=args.settings,
+        calib=args.calib, method=args.method, per_tensor=args.per_tensor, equalize=args.equalize,
+        bias_correct=args.bias_correct, rounding=args.rounding, max_accuracy_drop=args.max_accuracy_drop,
+        settings=args.settings,
         overrides=tuple(args.override), eval=args.eval, report=None if to_stdout else args.report,
         network=args.network, executor=args.executor, batch_size=args.batch_size, nnb_version=args.nnb_version,
         api=args.api, plan=args.plan, time_passes=args.time_passes, print_after_all=args.print_after_all,

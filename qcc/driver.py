@@ -10,7 +10,7 @@ import copy
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,10 @@ from qcc.pm.manager import PassManager, build_passes, check_order
 from qcc.pm.spec import PassSpec
 from qcc.target import Backend, as_backend
 
-SCHEMES = ("none", "int8", "uint8", "fixed8", "fixed16", "fixed8-16", "binary-weight", "binary-connect")
-METHODS = ("minmax", "percentile", "entropy", "mse")
+SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "binary-weight",
+           "binary-connect")
+METHODS = ("auto", "minmax", "percentile", "entropy", "mse")
+ROUNDINGS = ("nearest", "learned")
 
 
 @attrs.define
@@ -60,6 +62,11 @@ class CompileOptions:
     print_after_all: bool = False
     dump_ir: str | None = None
     verify_each: bool = True
+    equalize: bool = True  # cross-layer equalization where the scheme has per-tensor weight scales
+    bias_correct: bool = True
+    rounding: str | None = None  # None: the scheme's default (learned for int4/uint4)
+    max_accuracy_drop: float | None = None
+    metric: Callable[..., float] | None = None  # API only: metric(predict) -> score, for max_accuracy_drop
     progress: bool | None = None  # progress bars on stderr (None: when it is a terminal)
     nodes_to_exclude: tuple[str, ...] = ()  # onnxruntime's names (qcc.ort_options): nodes left in float
     op_types_to_quantize: tuple[str, ...] | None = None
@@ -129,7 +136,7 @@ def _compile(
     from qcc.flags import check_choices, check_output_extension, check_pipeline_flags
 
     opts = CompileOptions(target=target, passes=passes if isinstance(passes, str) else None, **options)
-    check_choices(opts, SCHEMES, METHODS)
+    check_choices(opts, SCHEMES, METHODS, ROUNDINGS)
     check_pipeline_flags(opts, passes is not None)
     out = os.fspath(output)
     backend, target_opts = resolve_target(out, opts)
@@ -168,7 +175,8 @@ def _compile(
         pipeline.insert(after_folding, exclusion_pass(opts.nodes_to_exclude, opts.op_types_to_quantize))
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
-    ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress)
+    ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress,
+                      metric=opts.metric)
     input_names = [v.name for v in loaded.graph.inputs]
     if opts.calib is not None:
         from qcc.data import open_data
@@ -181,6 +189,7 @@ def _compile(
 
         eval_data, eval_name = open_data(opts.eval, "evaluation data", input_names)
         check_eval_data(loaded, eval_data, eval_name)  # bad --eval data leaves no output behind
+        ctx.eval_data, ctx.eval_name = eval_data, eval_name  # for a pass that tunes on accuracy
     insts: list[Instrument] = list(instruments)
     timer = TimePasses() if opts.time_passes else None
     if timer:

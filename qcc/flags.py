@@ -16,11 +16,15 @@ LOAD_FLAGS = {"network": "--network", "executor": "--executor", "batch_size": "-
 """Loading options of `qcc compile` and their flags (a frontend lists what it reads in `load_options`)."""
 
 
-def check_choices(opts: Any, schemes: tuple[str, ...], methods: tuple[str, ...]) -> None:
+def check_choices(opts: Any, schemes: tuple[str, ...], methods: tuple[str, ...], roundings: tuple[str, ...]) -> None:
     if opts.quantize not in schemes:
         raise choice_error("--quantize", opts.quantize, schemes)
     if opts.method is not None and opts.method not in methods:
         raise choice_error("--method", opts.method, methods)
+    if opts.rounding is not None and opts.rounding not in roundings:
+        raise choice_error("--rounding", opts.rounding, roundings)
+    if opts.max_accuracy_drop is not None and not 0 <= opts.max_accuracy_drop < 1:
+        raise UsageError(f"--max-accuracy-drop {opts.max_accuracy_drop}: a fraction in [0, 1) (0.01 = one point)")
 
 
 def check_pipeline_flags(opts: Any, explicit_passes: bool) -> None:
@@ -29,16 +33,23 @@ def check_pipeline_flags(opts: Any, explicit_passes: bool) -> None:
         if opts.quantize != "none":
             raise UsageError(f"--passes replaces the pipeline of --quantize {opts.quantize}: give one of them "
                              "(the scheme's pipeline is listed in docs/passes.md, to copy into --passes)")
-        for flag, given in (("--method", opts.method), ("--per-tensor", opts.per_tensor)):
+        for flag, given in _scheme_flags(opts):
             if given:
                 raise UsageError(f"{flag} sets an option of the --quantize pipeline; with --passes, set it in "
                                  "SPEC (e.g. quantize-affine{method=entropy,per_channel=false})")
         return
     if opts.quantize == "none":
-        for flag, given in (("--calib", opts.calib), ("--method", opts.method), ("--per-tensor", opts.per_tensor)):
+        for flag, given in (("--calib", opts.calib), *_scheme_flags(opts)):
             if given:
                 raise UsageError(f"{flag} has no effect without --quantize SCHEME (or --passes with calibrate): "
                                  "the model would be written in float")
+
+
+def _scheme_flags(opts: Any) -> tuple[tuple[str, bool], ...]:
+    """The flags that set options of the --quantize pipeline, and whether each was given."""
+    return (("--method", opts.method is not None), ("--per-tensor", bool(opts.per_tensor)),
+            ("--no-equalize", not opts.equalize), ("--no-bias-correct", not opts.bias_correct),
+            ("--rounding", opts.rounding is not None), ("--max-accuracy-drop", opts.max_accuracy_drop is not None))
 
 
 def check_load_flags(frontend: Any, path: str, options: dict[str, Any]) -> None:

@@ -3,8 +3,8 @@
 | scheme | pipeline |
 |---|---|
 | none | (empty) |
-| int8, uint8 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], calibrate, quantize-affine{dtype, per_channel, method} |
-| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], calibrate, assign-fixed-point{bits, weight_bits, method} |
+| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
+| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control] |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
 The scheme's pipeline does not depend on the target: what a target requires (nnabla-c-runtime's
@@ -13,8 +13,11 @@ fixed-point rules for .nnb and C, integer kernels for C's affine mode) reaches t
 legalization, last among the passes that change annotations (before --eval, so the evaluated
 model is the written one), and, for the default pipeline, the memory plan its runtime uses.
 apply-overrides is added when --override is given (--settings is applied by the driver at
-load). --method defaults to minmax, except fixed8, where the histogram-MSE position is
-measurably better on truncating kernels (docs/passes.md).
+load). --method defaults to auto (per tensor, the least-error range or position, minmax where
+nothing needs clipping). equalize runs where one scale or position covers every channel of a
+weight (per-tensor and fixed point) unless --no-equalize; bias-correct runs unless
+--no-bias-correct; learned-rounding with --rounding learned, the default for the 4-bit weights
+of int4/uint4 (W4A8); accuracy-control with --max-accuracy-drop.
 """
 
 from __future__ import annotations
@@ -24,35 +27,68 @@ from typing import Any
 
 from qcc.errors import UnsupportedError, UsageError
 
-CALIBRATED = ("int8", "uint8", "fixed8", "fixed16", "fixed8-16")
+CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16")
+AFFINE = {"int8": ("int8", None), "uint8": ("uint8", None), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
+"""affine scheme -> (activation dtype, weight dtype: None for quantize-affine's default, int8, as
+ONNX Runtime's quantize_static stores weights next to uint8 activations)"""
+LEARNED_BY_DEFAULT = ("int4", "uint4")
+"""4-bit weights need learned rounding (Nagel et al. 2020: ResNet18 W4A8 23.99% nearest, 68.71% learned)."""
 FIXED = {"fixed8": (8, 8), "fixed16": (16, 16), "fixed8-16": (16, 8)}
 
 
 def default_method(scheme: str) -> str:
-    return "mse" if scheme == "fixed8" else "minmax"
+    return "auto"
 
 
 def default_pipeline(scheme: str, opts: Any) -> str:
     """The pipeline spec for `--quantize scheme` (opts: CompileOptions-like)."""
     if scheme == "none":
+        _refuse_ptq_options(scheme, opts)
         return ""
     if scheme in CALIBRATED and not getattr(opts, "calib", None):
         raise UsageError(f"--quantize {scheme} needs calibration data: add --calib DATA.npz (arrays keyed by "
                          "model input name, first axis = samples)")
     overrides = "apply-overrides," if getattr(opts, "overrides", ()) else ""
     method = getattr(opts, "method", None) or default_method(scheme)
-    if scheme in ("int8", "uint8"):
-        per_channel = "false" if getattr(opts, "per_tensor", False) else "true"
-        fold = "fold-bn" if getattr(opts, "per_tensor", False) else "fold-bn{standalone=conv}"
-        return (f"{fold},{overrides}calibrate,"
-                f"quantize-affine{{dtype={scheme},per_channel={per_channel},method={method}}}")
+    equalize = "equalize," if getattr(opts, "equalize", True) else ""
+    if scheme in AFFINE:
+        act, weight = AFFINE[scheme]
+        per_tensor = getattr(opts, "per_tensor", False)
+        fold = "fold-bn" if per_tensor else "fold-bn{standalone=conv}"
+        weights = f"weight_dtype={weight}," if weight else ""
+        return (f"{fold},{overrides}{equalize if per_tensor else ''}calibrate,"
+                f"quantize-affine{{dtype={act},{weights}per_channel={'false' if per_tensor else 'true'},"
+                f"method={method}}}" + _refinements(scheme, opts))
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]
-        return (f"fold-bn,{overrides}calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
-                f"method={method}}}")
+        return (f"fold-bn,{overrides}{equalize}calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
+                f"method={method}}}" + _refinements(scheme, opts))
     if scheme in ("binary-weight", "binary-connect"):
+        _refuse_ptq_options(scheme, opts)
         return f"{overrides}binarize-weights{{mode={scheme}}}"
     raise UnsupportedError(f"--quantize {scheme}: this qcc has no pipeline for it")
+
+
+def _refinements(scheme: str, opts: Any) -> str:
+    """learned-rounding, bias-correct and accuracy-control, as the options ask."""
+    rounding = getattr(opts, "rounding", None) or ("learned" if scheme in LEARNED_BY_DEFAULT else "nearest")
+    parts = ["learned-rounding"] if rounding == "learned" else []
+    if getattr(opts, "bias_correct", True):
+        parts.append("bias-correct")
+    drop = getattr(opts, "max_accuracy_drop", None)
+    if drop is not None:
+        if not (getattr(opts, "eval", None) or getattr(opts, "metric", None)):
+            raise UsageError("--max-accuracy-drop needs labelled evaluation data: add --eval DATA.npz (with a "
+                             "'labels' array), or pass metric=... to qcc.compile")
+        parts.append(f"accuracy-control{{max_drop={float(drop)!r}}}")
+    return "".join("," + p for p in parts)
+
+
+def _refuse_ptq_options(scheme: str, opts: Any) -> None:
+    if getattr(opts, "rounding", None) == "learned":
+        raise UsageError(f"--rounding learned: --quantize {scheme} has no quantized weights to round")
+    if getattr(opts, "max_accuracy_drop", None) is not None:
+        raise UsageError(f"--max-accuracy-drop: --quantize {scheme} has no calibrated quantization to tune")
 
 
 def with_target_passes(pipeline: Sequence[Any], backend: Any, options: Any, memory_plan: bool) -> list[Any]:

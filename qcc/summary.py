@@ -40,6 +40,12 @@ def print_compile_summary(model: Model, report: dict[str, Any]) -> None:
         print(f"  sensitivity (output SQNR with one layer quantized, worst first): {shown}")
         print(f"  sensitivity: output SQNR {_db(sens.get('baseline_output_sqnr_db'))} -> "
               f"{_db(sens.get('output_sqnr_db'))} promoting {sens.get('promoted') or 'nothing'}")
+    acc = report.get("accuracy_control")
+    if acc:
+        promoted = ", ".join(f"{p['layer']}->{p['to']}" for p in acc.get("promoted", [])) or "nothing"
+        print(f"  accuracy-control ({acc.get('metric')}): float {acc.get('float'):.4f}, quantized "
+              f"{acc.get('quantized_before'):.4f} -> {acc.get('quantized_after'):.4f} (drop {acc.get('drop'):.4f}, "
+              f"max {acc.get('max_drop')}, {'met' if acc.get('met') else 'NOT met'}); promoted {promoted}")
     ev = report.get("eval")
     if ev:
         print_eval(ev)

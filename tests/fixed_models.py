@@ -3,7 +3,9 @@
 `annotate_fixed` gives every activation and Conv/Dense parameter a FixedPoint position from the
 float ranges seen on calibration data (no saturation), keeping what the nnb rules require:
 views, Relu and MaxPool keep their input's annotation, biases take the output's position and
-fy <= fx + fw. `jitter` moves positions off the natural choice to exercise the rescaling paths.
+fy <= fx + fw, and activations stored by truncation (nnabla-c-runtime's rule, so that
+run_model(quantized=True) runs its integer kernels). `jitter` moves positions off the natural
+choice to exercise the rescaling paths.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def annotate_fixed(model: Model, calib: dict[str, np.ndarray], act_bits: int = 1
         frac = _frac(absmax.get(id(value), 1.0), bits)
         if jitter:
             frac -= int(rng.integers(0, jitter + 1))
-        return FixedPoint(bits, frac)
+        return FixedPoint(bits, frac, "trunc")
 
     for value in graph.inputs:
         value.quant = fresh(value, act_bits)
@@ -61,7 +63,7 @@ def annotate_fixed(model: Model, calib: dict[str, np.ndarray], act_bits: int = 1
                 assert x is not None and isinstance(x.quant, FixedPoint)
                 limit = x.quant.frac + param.quant.frac
                 if out.quant.frac > limit:
-                    out.quant = FixedPoint(act_bits, limit)
+                    out.quant = FixedPoint(act_bits, limit, "trunc")
             elif node.op in ("Conv", "Dense") and i == 2:
                 pass
             elif node.op not in ("BatchNorm",):

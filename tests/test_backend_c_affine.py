@@ -186,3 +186,24 @@ def test_squeezenet_int8_is_bit_exact_and_agrees_with_onnxruntime_qdq(tmp_path: 
     # the integer C code is as close to the float model as ONNX Runtime running the QDQ model
     assert np.array_equal(logits.argmax(1), ref.argmax(1))
     assert sqnr(logits) >= sqnr(ort_logits) - 0.5, (sqnr(logits), sqnr(ort_logits))
+
+
+@pytest.mark.parametrize("scheme", ["int4", "uint4"])
+def test_four_bit_weights_run_in_c_bit_exact(tmp_path: Path, scheme: str) -> None:
+    """W4A8 (issue 18): 4-bit weights run on the 8-bit kernels, their integers within 4 bits."""
+    from qcc.sim.affine_int import weight_ints
+
+    out = tmp_path / f"digits_{scheme}"
+    model, report = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, target="c", quantize=scheme,
+                                       rounding="nearest", calib=str(DIGITS / "calib.npz"),
+                                       eval=str(DIGITS / "test.npz"))
+    convs = [n for n in model.graph.nodes if n.op in ("Conv", "Dense")]
+    assert convs and all(n.input(1).quant.dtype == scheme for n in convs)  # type: ignore[union-attr]
+    for node in convs:  # centered: int4 in [-8, 7]; uint4 minus its zero point within 15 of zero
+        ints = weight_ints(node)
+        assert ints.min() >= (-8 if scheme == "int4" else -15) and ints.max() <= (7 if scheme == "int4" else 15)
+    x = np.load(DIGITS / "test.npz")["x"]
+    got = run_c(build(model, tmp_path / "harness_build"), x, 10)
+    want = run_affine_int(model, {"x": x})["logits"]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert report["eval"]["runtime"]["agreement_with_simulator"] == 1.0

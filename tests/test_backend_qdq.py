@@ -65,7 +65,7 @@ def test_valid_onnx_keeping_names_shapes_and_metadata(compiled: dict[str, Any]) 
     assert interface(proto) == interface(source)
     props = {p.key: p.value for p in proto.metadata_props}
     assert props["qcc.version"] == qcc.__version__
-    assert props["qcc.pipeline"] == ",".join(report["pipeline"]) == "fold-bn,calibrate,quantize-affine"
+    assert props["qcc.pipeline"] == ",".join(report["pipeline"]) == "fold-bn,calibrate,quantize-affine,bias-correct"
     assert proto.opset_import[0].version >= 13
     assert report["target"] == "onnx-qdq" and report["float_fallbacks"] == []
 
@@ -84,9 +84,11 @@ def test_ort_outputs_match_qcc_simulation(compiled: dict[str, Any], scheme: str)
     fused = ort_quant.run(path, FEEDS)
     sim = run_batched(model, FEEDS, quantized=True)["logits"]
     assert np.mean(fused.argmax(1) == sim.argmax(1)) >= 0.995
-    # value-by-value fake quantization is what QDQ means (for an all-fixed-point model run_model
-    # runs nnb's integer kernels instead); ORT without fusion evaluates exactly that in float
+    # value-by-value fake quantization is what QDQ means; ORT without fusion evaluates exactly
+    # that in float, and it is what run_model simulates for a QDQ model, fixed point included
+    # (its values round to nearest: nnabla-c-runtime's truncating kernels are not QDQ's)
     fake = Interpreter(model, quantized=True).run(FEEDS)["logits"]
+    assert np.array_equal(fake, sim)
     plain = ort_quant.run(path, FEEDS, optimize=False)
     quant = model.graph.outputs[0].quant
     step = quant.step if isinstance(quant, FixedPoint) else quant.scale[0]

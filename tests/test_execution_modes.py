@@ -175,6 +175,30 @@ def test_an_op_with_the_view_trait_is_simulated_and_compiled_in_every_mode(tmp_p
 # ---------------------------------------------------------------- one loop
 
 
+def test_a_quantized_run_follows_the_store_rule_of_the_annotations() -> None:
+    """run_model(quantized=True) runs nnabla-c-runtime's integer kernels only for a model whose
+    computed values are stored by truncation (the .nnb and C targets); the same positions for a
+    runtime that rounds to nearest (onnx-qdq) are fake-quantized value by value."""
+    from qcc.sim.interpreter import runner_for
+
+    g = Graph("fc")
+    x = g.add_input("x", TensorType("float32", ("N", 4)))
+    w = g.add_constant("w", np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32))
+    y = g.add("Dense", x, w, name="fc")
+    g.outputs = [y]
+    model = Model(g)
+    w.quant = FixedPoint(8, 6)
+    feeds = {"x": np.random.default_rng(1).uniform(-4, 4, (64, 4)).astype(np.float32)}
+    for rounding in ("half_even", "trunc"):
+        x.quant, y.quant = FixedPoint(8, 4, rounding), FixedPoint(8, 4, rounding)
+        got = run_model(model, feeds, quantized=True)["fc"]
+        fake = Interpreter(model, quantized=True).run(feeds)["fc"]
+        integer = run_fixed(model, feeds)["fc"]
+        assert isinstance(runner_for(model, quantized=True), FixedRunner) == (rounding == "trunc")
+        assert np.array_equal(got, integer if rounding == "trunc" else fake)
+        assert not np.array_equal(fake, integer)
+
+
 def test_every_runner_returns_every_graph_output_and_observes_floats() -> None:
     g = Graph("passthrough")
     x = g.add_input("x", TensorType("float32", ("N", 4)))

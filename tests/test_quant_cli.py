@@ -21,7 +21,7 @@ def test_int8_compile_with_report_and_eval(tmp_path: Path) -> None:
                "--report", str(report_path))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(report_path.read_text())
-    assert report["pipeline"] == ["fold-bn", "calibrate", "quantize-affine"]
+    assert report["pipeline"] == ["fold-bn", "calibrate", "quantize-affine", "bias-correct"]
     assert isinstance(report["tensors"], list) and isinstance(report["float_fallbacks"], list)
     assert report["float_fallbacks"] == []  # every float tensor annotated
     ev = report["eval"]
@@ -48,7 +48,8 @@ def test_fixed_scheme_with_overrides_reports_float_fallbacks(tmp_path: Path) -> 
                "--report", str(report_path))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(report_path.read_text())
-    assert report["pipeline"] == ["fold-bn", "apply-overrides", "calibrate", "assign-fixed-point"]
+    assert report["pipeline"] == ["fold-bn", "apply-overrides", "equalize", "calibrate", "assign-fixed-point",
+                                  "bias-correct"]
     fallbacks = {e["tensor"]: e["reason"] for e in report["float_fallbacks"]}
     assert "override FLOAT32" in fallbacks["logits"] and "fc.bias" in fallbacks
     relu5 = next(t for t in report["tensors"] if t["name"] == "relu5")

@@ -332,7 +332,7 @@ def test_empty_stats_and_bad_arguments_raise() -> None:
     with pytest.raises(UsageError):
         choose_range(s, "kl")
     with pytest.raises(UsageError):
-        affine_params(-1, 1, "int4", True)
+        affine_params(-1, 1, "int3", True)
 
 
 # ---------------------------------------------------------------- affine parameters vs ORT

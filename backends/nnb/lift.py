@@ -32,11 +32,12 @@ LIFTS: dict[str, Lift] = {}
 lifts = registrar(LIFTS)
 
 
-def annotation(var: Variable) -> QuantType | None:
+def annotation(var: Variable, rounding: str = "half_even") -> QuantType | None:
+    """The variable's type; a computed value (or an input) is stored by the runtime's truncation."""
     if var.dtype == DataType.INT16:
-        return FixedPoint(16, var.fp_pos)
+        return FixedPoint(16, var.fp_pos, rounding)
     if var.dtype == DataType.INT8:
-        return FixedPoint(8, var.fp_pos)
+        return FixedPoint(8, var.fp_pos, rounding)
     if var.dtype == DataType.SIGN:
         return Sign()
     return None
@@ -81,7 +82,7 @@ class _Lifter:
         names = [f"v{index}"] if out is not None else None
         node = self.graph.add_node(op, inputs, attrs, name=f"f{len(self.graph.nodes)}", output_names=names)
         result = node.outputs[0]
-        result.quant = annotation(var)
+        result.quant = annotation(var, "trunc")
         if out is not None:
             if tuple(1 if d == "N" else d for d in result.type.shape) != var.shape:
                 raise UnsupportedError(f"{op} computes shape {result.type.shape}, the file declares {var.shape}")
@@ -103,7 +104,7 @@ def lift_nnb(nnb: NnbFile, batch: bool = True) -> Model:
         if batch and var.shape[:1] == (1,):
             shape = ("N", *var.shape[1:])
         value = lifter.graph.add_input(f"v{index}", TensorType("float32", shape))
-        value.quant = annotation(var)
+        value.quant = annotation(var, "trunc")
         lifter.values[index] = value
     for n, fn in enumerate(nnb.functions):
         spec = table.by_id(fn.type_id, nnb.api_level)

@@ -42,6 +42,17 @@ TRAITS: dict[str, str] = {
     "product": "the output is a product of input 0 and input 1 (Conv, Dense, Mul): fixed-point "
                "targets compare the output position with the sum of theirs",
     "broadcast": "inputs broadcast against each other (numpy rules)",
+    "clamp": "the output is the input clipped elementwise to the bounds `OpSchema.bounds(attrs)` gives "
+             "(Relu: [0, inf), Clip: its attributes): with a lower bound of 0 it commutes with a positive "
+             "per-channel scale wherever the upper bound is not reached (cross-layer equalization; bias "
+             "correction averages only where the clamp passes values through)",
+    "channel_pool": "each output channel (axis 1) pools its own input channel by max or mean: f(x * s) "
+                    "== f(x) * s for a positive per-channel s, and a constant channel stays that constant "
+                    "(a mean that counts padding excepted: count_include_pad); per-channel maps move "
+                    "through it (equalize)",
+    "scatters": "each input position is spread over several output positions through the kernel "
+                "(ConvTranspose): a per-input-channel shift does not reach every output alike, so "
+                "passes that fold input-side maps or reason per input patch leave it alone",
 }
 """The trait vocabulary; `register` refuses a trait not listed here (a typo would silently
 exclude an op from an analysis)."""
@@ -109,6 +120,7 @@ class AttrSpec:
 InferFn = Callable[[list[TensorType], dict[str, Any], list[np.ndarray | None]], list[TensorType]]
 KernelFn = Callable[[Any, list[np.ndarray]], list[np.ndarray]]
 VerifyFn = Callable[[Any], list[str]]
+BoundsFn = Callable[[dict[str, Any]], tuple[float | None, float | None]]
 
 
 @attrs.frozen
@@ -124,6 +136,8 @@ class OpSchema:
     doc: str = ""
     roles: tuple[Role, ...] = ()
     """One per declared input (variadic inputs share the last one)."""
+    bounds: BoundsFn | None = None
+    """A `clamp` op's (lower, upper) from its attributes (None: unbounded on that side)."""
 
     # -------------------------------------------------------------- arity
     @functools.cached_property
@@ -245,6 +259,11 @@ class OpDef:
 
     verify: ClassVar[VerifyFn | None] = None
 
+    @staticmethod
+    def bounds(attrs: dict[str, Any]) -> tuple[float | None, float | None]:
+        """With the `clamp` trait: (lower, upper) from the node's attributes (None: unbounded)."""
+        raise NotImplementedError
+
 
 _REGISTRY: dict[str, OpSchema] = {}
 _DERIVED: dict[str, frozenset[str]] = {}
@@ -263,6 +282,9 @@ def register(cls: type[OpDef]) -> type[OpDef]:
     if stray:
         raise ValueError(f"op {name!r}: roles name inputs it does not have: {sorted(stray)}")
     roles = tuple(cls.roles.get(n, DATA) for n in names) if cls.roles else ()
+    bounds = cls.bounds if cls.bounds is not OpDef.bounds else None
+    if ("clamp" in cls.traits) != (bounds is not None):
+        raise ValueError(f"op {name!r}: the clamp trait and a bounds function go together")
     _REGISTRY[name] = OpSchema(
         name=name,
         inputs=tuple(cls.inputs),
@@ -274,6 +296,7 @@ def register(cls: type[OpDef]) -> type[OpDef]:
         traits=frozenset(cls.traits),
         doc=(cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
         roles=roles,
+        bounds=bounds,
     )
     _DERIVED.clear()
     return cls

@@ -115,6 +115,16 @@ class FixedPoint:
         return f"fixed({self.bits},{self.frac}{tail})"
 
 
+AFFINE_BITS = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32}
+"""Integer types an Affine annotation may store (4-bit: weights, two per byte)."""
+
+
+def affine_bounds(dtype: str) -> tuple[int, int]:
+    """The integers an affine dtype holds."""
+    bits = AFFINE_BITS[dtype]
+    return (0, (1 << bits) - 1) if dtype.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
 @attrs.frozen
 class Affine:
     """q = clamp(round(x / scale) + zero_point); per tensor (axis None) or per channel."""
@@ -125,7 +135,7 @@ class Affine:
     axis: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        if self.dtype not in ("int8", "uint8", "int16", "uint16", "int32"):
+        if self.dtype not in AFFINE_BITS:
             raise ValueError(f"affine dtype must be an integer type, not {self.dtype!r}")
         if len(self.scale) != len(self.zero_point) or not self.scale:
             raise ValueError("affine scale and zero_point must be non-empty and of equal length")
@@ -133,7 +143,7 @@ class Affine:
             raise ValueError("per-tensor affine needs exactly one scale")
 
     def storage_bytes(self) -> float:
-        return float(DTYPES[self.dtype].itemsize)
+        return AFFINE_BITS[self.dtype] / 8
 
     def __str__(self) -> str:
         scale = ",".join(repr(float(s)) for s in self.scale)

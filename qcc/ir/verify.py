@@ -10,7 +10,7 @@ import numpy as np
 from qcc.errors import InvalidInputError, VerificationError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.registry import get_schema, has_op
-from qcc.ir.types import DTYPES, Affine, FixedPoint, Sign
+from qcc.ir.types import DTYPES, Affine, FixedPoint, Sign, affine_bounds
 
 ModelCheck = Callable[[Model], list[str]]
 _MODEL_CHECKS: dict[str, ModelCheck] = {}
@@ -142,8 +142,8 @@ def _check_quant(value: Value) -> list[str]:
                 problems.append(f"{where}: affine axis {q.axis} out of range")
             elif value.type.shape[q.axis] != len(q.scale):
                 problems.append(f"{where}: {len(q.scale)} scales for axis of size {value.type.shape[q.axis]}")
-        info = np.iinfo(DTYPES[q.dtype])
-        if any(not info.min <= z <= info.max for z in q.zero_point):
+        lo, hi = affine_bounds(q.dtype)
+        if any(not lo <= z <= hi for z in q.zero_point):
             problems.append(f"{where}: zero point outside {q.dtype}")
         return problems
     if isinstance(q, Sign) and not value.is_const:

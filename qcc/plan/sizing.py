@@ -38,6 +38,8 @@ SCHEME_WIDTHS: dict[str, SchemeWidths] = {
     "fixed8-16": SchemeWidths(2, 1, 1, 1),
     "int8": SchemeWidths(1, 1, 1, 4),
     "uint8": SchemeWidths(1, 1, 1, 4),
+    "int4": SchemeWidths(1, 1, 1 / 2, 4),  # W4A8: two 4-bit weights a byte
+    "uint4": SchemeWidths(1, 1, 1 / 2, 4),
     "binary-weight": SchemeWidths(4, 4, 1 / 8, 4),
     "binary-connect": SchemeWidths(4, 4, 1 / 8, 4),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
@@ -87,6 +88,11 @@ class PassContext:
     overrides: tuple[str, ...] = ()
     """`--override PATTERN=TYPE` rules, applied by the apply-overrides pass."""
     target: Constraints = GENERIC
+    eval_data: Any = None  # arrays by name, or a qcc.data.DataStream
+    """Labelled evaluation data (`--eval`), for a pass that tunes on accuracy (accuracy-control)."""
+    eval_name: str = "evaluation data"
+    metric: Callable[..., float] | None = None
+    """A user metric (`qcc.compile(..., metric=...)`): metric(predict) -> score, higher is better."""
     report: dict[str, Any] = attrs.field(factory=dict)
     progress: bool = False
 

@@ -12,6 +12,8 @@ from qcc.errors import InvalidInputError, UsageError
 
 # (full, symmetric, reduce_range) integer ranges per dtype, as ORT defines them.
 _QRANGES: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
+    "int4": ((-8, 7), (-7, 7), (-4, 3)),  # 4-bit weights (W4A8); symmetric like int8's [-127, 127]
+    "uint4": ((0, 15), (0, 14), (0, 7)),
     "int8": ((-128, 127), (-127, 127), (-64, 64)),
     "uint8": ((0, 255), (0, 254), (0, 127)),
     "int16": ((-32768, 32767), (-32767, 32767), (-16384, 16384)),
@@ -31,7 +33,7 @@ def qrange(dtype: str, symmetric: bool = False, reduce_range: bool = False) -> t
     return sym if symmetric else full
 
 
-def _scale_zp(
+def scale_zero_point(
     rmin: np.ndarray, rmax: np.ndarray, qmin: int, qmax: int, symmetric: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """Elementwise compute_scale_zp: float32 range arithmetic, float64 scale, float32 result."""
@@ -72,7 +74,7 @@ def affine_params(
     if lo > hi:
         raise InvalidInputError(f"tensor {name!r}: range [{lo}, {hi}] has lo > hi")
     qmin, qmax = qrange(dtype, symmetric, reduce_range)
-    scale, zp = _scale_zp(np.asarray(lo), np.asarray(hi), qmin, qmax, symmetric)
+    scale, zp = scale_zero_point(np.asarray(lo), np.asarray(hi), qmin, qmax, symmetric)
     return float(scale), int(zp)
 
 
@@ -102,4 +104,4 @@ def weight_affine_params(
         others = tuple(a for a in range(w.ndim) if a != axis % w.ndim)
         rmin, rmax = w.min(axis=others), w.max(axis=others)
     qmin, qmax = qrange(dtype, symmetric, reduce_range)
-    return _scale_zp(np.asarray(rmin), np.asarray(rmax), qmin, qmax, symmetric)
+    return scale_zero_point(np.asarray(rmin), np.asarray(rmax), qmin, qmax, symmetric)

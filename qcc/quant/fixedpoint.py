@@ -182,3 +182,36 @@ def param_fixed_point_position(
         for p in cands
     ]
     return cands[int(np.argmin(errs))]
+
+
+def position_errors(stats: TensorStats, bits: int, fracs: np.ndarray, rounding: str,
+                    partial_sums: int = 1) -> np.ndarray:
+    """Expected squared error of storing the histogram at each position in `fracs`; a value summed
+    from `partial_sums` truncated parts (nnb convolutions truncate per input channel) adds about
+    step**2 / 3 for each further truncation of a nonzero value."""
+    qmin, qmax = fixed_bounds(bits)
+    step = np.ldexp(1.0, -np.asarray(fracs))
+    err = expected_sq_error(stats, step, step * qmax, step * -qmin, rounding)
+    if partial_sums > 1:
+        nonzero = max(stats.count - stats.zero_count, 0)
+        err = err + (partial_sums - 1) * nonzero * step**2 / 3.0
+    return np.asarray(err)
+
+
+def auto_position(stats: TensorStats, bits: int, rounding: str, partial_sums: int = 1,
+                  min_frac: int | None = None, max_frac: int | None = None) -> tuple[int, str]:
+    """(position, choice): the finest position at which nothing saturates ('minmax'), unless a finer
+    one that clips is worth it by ranges.clipping_worth_it ('mse')."""
+    from qcc.quant.ranges import clipping_worth_it
+
+    usable(stats)
+    full = fixed_point_position(stats, bits, "maxabs", rounding=rounding, min_frac=min_frac, max_frac=max_frac)
+    if is_constant(stats):
+        return full, "minmax"
+    cands = np.array([p for p in _candidates(stats.absmax, bits, min_frac, max_frac) if p >= full] or [full])
+    err = position_errors(stats, bits, cands, rounding, partial_sums)
+    best = int(np.argmin(err))
+    full_err = float(err[list(cands).index(full)]) if full in cands else float("inf")
+    if int(cands[best]) == full or not clipping_worth_it(stats, full_err, float(err[best])):
+        return full, "minmax"
+    return int(cands[best]), "mse"

@@ -19,6 +19,8 @@ import numpy as np
 from qcc.errors import UsageError
 
 AFFINE_DTYPES: dict[str, tuple[int, int]] = {
+    "int4": (-8, 7),
+    "uint4": (0, 15),
     "int8": (-128, 127),
     "uint8": (0, 255),
     "int16": (-32768, 32767),
@@ -27,6 +29,9 @@ AFFINE_DTYPES: dict[str, tuple[int, int]] = {
 }
 
 ROUNDINGS = ("half_even", "trunc")
+
+NUMPY_STORAGE = {"int4": "int8", "uint4": "uint8"}
+"""numpy has no 4-bit integers: int4/uint4 values are held in the 8-bit type of the same sign."""
 
 
 def fixed_bounds(bits: int) -> tuple[int, int]:
@@ -69,7 +74,7 @@ def quantize_affine(
     q = np.rint(x / s)
     q += zp
     np.clip(q, lo, hi, out=q)
-    return q.astype(dtype)
+    return q.astype(NUMPY_STORAGE.get(dtype, dtype))
 
 
 def dequantize_affine(

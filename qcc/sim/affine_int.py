@@ -53,6 +53,8 @@ from qcc.sim.fixed import batchnorm_params, exp_f32, param_values, quantize_para
 
 F32 = np.float32
 ACT_DTYPES = ("int8", "uint8")
+WEIGHT_DTYPES = (*ACT_DTYPES, "int4", "uint4")
+"""4-bit weights (W4A8) compute like 8-bit ones: their integers fit the same kernels."""
 ACC_LIMIT = 2**31 - 1
 MAX_SHIFT = 62
 WEIGHT_AXIS = {"Conv": 0, "Dense": 1}
@@ -177,9 +179,10 @@ def weight_ints(node: Node) -> np.ndarray:
     w = node.input(1)
     axis = WEIGHT_AXIS[node.op]
     quant = affine_of(w)
-    if w.const is None or quant is None or quant.dtype not in ACT_DTYPES:
-        raise UnsupportedError(f"affine integer mode: node {node.name!r} ({node.op}) needs a constant int8/uint8 "
-                               f"weight, not {w.name!r} ({quant or 'float'})")
+    if w.const is None or quant is None or quant.dtype not in WEIGHT_DTYPES:
+        what = quant.dtype if quant is not None else "float"
+        raise UnsupportedError(f"affine integer mode: node {node.name!r} ({node.op}) needs a constant "
+                               f"{'/'.join(WEIGHT_DTYPES)} weight, not {w.name!r} ({what})")
     if quant.axis not in (None, axis):
         raise UnsupportedError(f"affine integer mode: weight {w.name!r} is quantized along axis {quant.axis}, "
                                f"not the output-channel axis {axis}")

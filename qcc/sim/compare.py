@@ -156,7 +156,7 @@ def passthrough(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
 
 def quantized_runner(model: Model, observer: Any = None) -> Runner:
     """What run_model(quantized=True) runs: the bit-exact integer kernels for an all-fixed-point
-    model (qcc.sim.fixed), fake quantization otherwise."""
+    model stored by truncation (qcc.sim.fixed), fake quantization otherwise."""
     return runner_for(model, quantized=True, observer=observer)
 
 

@@ -25,7 +25,7 @@ of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runt
 
 `run_fixed(model, feeds)` runs a model and returns float outputs (exactly dequantized);
 `qcc.sim.run_model(model, feeds, quantized=True)` calls it when every activation (graph input
-and node output) is FixedPoint, see `is_fixed_model`.
+and node output) is FixedPoint and every computed value truncates, see `runs_integer_kernels`.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def shift(a: np.ndarray, n: int) -> np.ndarray:
     if abs(n) > MAX_SHIFT:
         raise UnsupportedError(f"fixed-point rescale by 2**{-n} is out of range")
     a = np.asarray(a, dtype=np.int64)
-    if n > 0:
-        return tdiv(a, 1 << n)
+    if n > 0:  # tdiv(a, 2**n) without a division: negatives get 2**n - 1 added before the shift
+        return (a + ((a >> 63) & ((1 << n) - 1))) >> n
     return a << -n if n < 0 else a
 
 
@@ -196,6 +196,8 @@ def _types(node: Node) -> tuple[list[FixedPoint], FixedPoint]:
 
 
 def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """nnabla-c-runtime's integer convolution: per input channel (in increasing order) the taps'
+    exact sum, truncated by 2**(fx+fw-fy), added to the running output with saturation."""
     (fx, fw, *_), fy = _types(node)
     x, w = args[0], args[1]
     n = fx.frac + fw.frac - fy.frac
@@ -206,13 +208,21 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
     batch, _, oh, ow = win.shape[:4]
     og = o // group
-    wf = w.astype(np.float64).reshape(group, og, cg, kh * kw)
-    y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
+    wt = np.ascontiguousarray(w.astype(np.float64).reshape(group, og, cg, kh * kw).transpose(2, 0, 3, 1))
+    lo, hi = fixed_bounds(fy.bits)
+    # float64 holds every value exactly (|sum| < 2**53): truncating by a power of two is a multiply
+    # and a trunc; an up-shift (n < 0, never emitted for nnb) stays in int64
+    y = np.zeros((batch, group, oh * ow, og), dtype=np.float64 if n >= 0 else np.int64)
     for im in range(cg):  # per input channel, in increasing order, as the runtime
-        xs = win[:, im::cg].reshape(batch, group, oh * ow, kh * kw).astype(np.float64)
-        part = np.matmul(xs, wf[:, :, im].transpose(0, 2, 1))  # exact: |sum| < 2**53
-        y = saturate(y + shift(part.astype(np.int64), n), fy.bits)
-    y = y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)
+        xs = win[:, im::cg].astype(np.float64).reshape(batch, group, oh * ow, kh * kw)
+        part = np.matmul(xs, wt[im])
+        if n > 0:
+            np.trunc(np.multiply(part, 2.0 ** -n, out=part), out=part)
+        elif n < 0:
+            part = shift(part.astype(np.int64), n)
+        np.add(y, part, out=y)
+        np.clip(y, lo, hi, out=y)
+    y = y.astype(np.int64).transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)
     if len(args) > 2 and args[2] is not None:
         y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
     return [y]
@@ -485,10 +495,19 @@ def fixed_kernel(op: str) -> NodeKernel:
 
 
 def is_fixed_model(model: Model) -> bool:
-    """Every activation (graph input and node output) is FixedPoint: run_model then runs run_fixed."""
+    """Every activation (graph input and node output) is FixedPoint."""
     graph = model.graph
     acts = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
     return bool(acts) and all(fixed_of(v) is not None for v in acts)
+
+
+def runs_integer_kernels(model: Model) -> bool:
+    """Every activation FixedPoint and every computed value stored by truncation toward zero
+    (`FixedPoint.rounding == "trunc"`): nnabla-c-runtime's arithmetic, which `FixedRunner`
+    computes, so run_model(quantized=True) runs it. A fixed-point model for a runtime that rounds
+    to nearest (onnx-qdq: QuantizeLinear) is fake-quantized value by value instead."""
+    computed = [v for n in model.graph.nodes for v in n.outputs]
+    return is_fixed_model(model) and all(fixed_of(v).rounding == "trunc" for v in computed)  # type: ignore[union-attr]
 
 
 class FixedRunner(Runner):

@@ -3,7 +3,9 @@
 `quantized=True` simulates the annotations: every annotated value (weights and activations) is
 stored as its type would store it (fake quantization). `run_model` and `runner_for` pick what a
 quantized run means: the bit-exact integer kernels of `qcc.sim.fixed` for a model whose every
-activation is FixedPoint, fake quantization for anything else. All runners share the loop of
+activation is FixedPoint stored by truncation (nnabla-c-runtime's arithmetic: the .nnb and C
+targets), fake quantization for anything else (a fixed-point model for a rounding runtime
+included). All runners share the loop of
 `qcc.sim.engine`.
 """
 
@@ -17,7 +19,7 @@ from qcc.ir.core import Model, Node, Value
 from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.sim.engine import NodeKernel, Observer, Runner, check_feeds
-from qcc.sim.fixed import FixedRunner, is_fixed_model
+from qcc.sim.fixed import FixedRunner, runs_integer_kernels
 
 __all__ = ["Interpreter", "NodeKernel", "Observer", "check_feeds", "run_batched", "run_model", "runner_for"]
 
@@ -59,8 +61,9 @@ class Interpreter(Runner):
 
 def runner_for(model: Model, quantized: bool = False, **kwargs: Any) -> Runner:
     """The runner `run_model` uses: quantized=True on a model whose every activation is FixedPoint
-    (and no custom `kernels`) runs the bit-exact integer kernels; anything else the interpreter."""
-    if quantized and not kwargs.get("kernels") and is_fixed_model(model):
+    stored by truncation (`runs_integer_kernels`; no custom `kernels`) runs the bit-exact integer
+    kernels; anything else the interpreter."""
+    if quantized and not kwargs.get("kernels") and runs_integer_kernels(model):
         return FixedRunner(model, observer=kwargs.get("observer"), keep_all=kwargs.get("keep_all", False))
     return Interpreter(model, quantized=quantized, **kwargs)
 

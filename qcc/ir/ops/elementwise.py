@@ -26,7 +26,11 @@ class _Unary(OpDef):
 class Relu(_Unary):
     """max(x, 0)."""
 
-    traits = frozenset({"elementwise", "inplace", "keeps_annotation"})
+    traits = frozenset({"elementwise", "inplace", "keeps_annotation", "clamp"})
+
+    @staticmethod
+    def bounds(attrs: dict[str, Any]) -> tuple[float | None, float | None]:
+        return 0.0, None
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -50,6 +54,12 @@ class Clip(_Unary):
     """clamp(x, min, max); None means unbounded (Relu6 is Clip(0, 6))."""
 
     attrs = {"min": AttrSpec("float?", None), "max": AttrSpec("float?", None)}
+    traits = frozenset({"elementwise", "inplace", "clamp"})
+
+    @staticmethod
+    def bounds(attrs: dict[str, Any]) -> tuple[float | None, float | None]:
+        lo, hi = attrs.get("min"), attrs.get("max")
+        return (None if lo is None else float(lo)), (None if hi is None else float(hi))
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

@@ -168,7 +168,7 @@ class ConvTranspose(OpDef):
     inputs = ("x", "w", "b?")
     roles = {"w": weight(1), "b": BIAS}
     attrs = {**_CONV_ATTRS, "output_padding": AttrSpec("ints", [0, 0])}
-    traits = frozenset({"product"})
+    traits = frozenset({"product", "scatters"})
 
     @staticmethod
     def infer(types: list[TensorType], attrs: dict[str, Any], consts: list[np.ndarray | None]) -> list[TensorType]:
@@ -382,7 +382,7 @@ class _WindowPool(OpDef):
 class MaxPool(_WindowPool):
     """Max over KHxKW windows."""
 
-    traits = frozenset({"keeps_annotation"})
+    traits = frozenset({"keeps_annotation", "channel_pool"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -394,6 +394,7 @@ class AvgPool(_WindowPool):
     """Mean over KHxKW windows; count_include_pad counts declared padding as zeros."""
 
     attrs = {**_POOL_ATTRS, "count_include_pad": AttrSpec("bool", False)}
+    traits = frozenset({"channel_pool"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
@@ -417,6 +418,8 @@ class _GlobalPool(OpDef):
 class GlobalAvgPool(_GlobalPool):
     """Mean over all spatial positions (keeps 1x1 spatial dims)."""
 
+    traits = frozenset({"channel_pool"})
+
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
@@ -428,7 +431,7 @@ class GlobalAvgPool(_GlobalPool):
 class GlobalMaxPool(_GlobalPool):
     """Max over all spatial positions (keeps 1x1 spatial dims)."""
 
-    traits = frozenset({"keeps_annotation"})
+    traits = frozenset({"keeps_annotation", "channel_pool"})
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:

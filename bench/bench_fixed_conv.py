@@ -1,0 +1,109 @@
+"""The fixed-point convolution kernel (qcc.sim.fixed.conv_kernel): cost per layer, against anchors.
+
+nnabla-c-runtime truncates each input channel's partial sum, so the simulator loops over input
+channels. Anchors measured in the same run on the same layer and integers: the kernel as it was
+before issue 18's port (a copy, `previous_conv_kernel`: int64 partial sums, a division per
+truncation) and the float convolution of the reference interpreter (one im2col GEMM). Layers:
+shapes of densenet121 (224x224 input) and mobilenet_v2 (96x96), batch 1, FIXED8 positions with
+a truncating shift. Each figure is the best of --repeats rounds, interleaved; outputs are checked
+equal to the previous kernel's.
+
+Run: .venv/bin/python bench/bench_fixed_conv.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from qcc.ir.core import Graph, Node  # noqa: E402
+from qcc.ir.ops._common import windows  # noqa: E402
+from qcc.ir.registry import get_schema  # noqa: E402
+from qcc.ir.types import FixedPoint, TensorType  # noqa: E402
+from qcc.sim.fixed import _types, conv_kernel, saturate, tdiv  # noqa: E402
+
+LAYERS = [  # name, input channels, output channels, spatial size, kernel, group
+    ("densenet 1x1, 56x56, 128 -> 128", 128, 128, 56, 1, 1),
+    ("densenet 3x3, 56x56, 128 -> 32", 128, 32, 56, 3, 1),
+    ("densenet 1x1, 14x14, 512 -> 128", 512, 128, 14, 1, 1),
+    ("densenet 1x1, 7x7, 1024 -> 128", 1024, 128, 7, 1, 1),
+    ("mobilenet_v2 1x1, 12x12, 64 -> 384", 64, 384, 12, 1, 1),
+    ("mobilenet_v2 depthwise 3x3, 12x12, 384", 384, 384, 12, 3, 384),
+    ("mobilenet_v2 1x1, 3x3, 960 -> 320", 960, 320, 3, 1, 1),
+]
+
+
+def previous_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """qcc.sim.fixed.conv_kernel before the port (bias omitted: the layers here have none)."""
+    (fx, fw, *_), fy = _types(node)
+    x, w = args[0], args[1]
+    n = fx.frac + fw.frac - fy.frac
+    strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    group = node.attrs["group"]
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    win = windows(xp, (kh, kw), strides, dil)
+    batch, _, oh, ow = win.shape[:4]
+    og = o // group
+    wf = w.astype(np.float64).reshape(group, og, cg, kh * kw)
+    y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
+    for im in range(cg):
+        xs = win[:, im::cg].reshape(batch, group, oh * ow, kh * kw).astype(np.float64)
+        part = np.matmul(xs, wf[:, :, im].transpose(0, 2, 1))
+        y = saturate(y + tdiv(part.astype(np.int64), 1 << n), fy.bits)
+    return [y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
+
+
+def layer(cin: int, cout: int, size: int, k: int, group: int) -> tuple[Node, list[np.ndarray]]:
+    g = Graph("conv")
+    x = g.add_input("x", TensorType("float32", (1, cin, size, size)))
+    w = g.add_constant("w", np.zeros((cout, cin // group, k, k), np.float32))
+    y = g.add("Conv", x, w, name="conv", group=group, pads=[k // 2] * 4)
+    x.quant, w.quant, y.quant = FixedPoint(8, 4, "trunc"), FixedPoint(8, 7), FixedPoint(8, 4, "trunc")
+    rng = np.random.default_rng(0)
+    return g.nodes[0], [rng.integers(0, 128, (1, cin, size, size)), rng.integers(-128, 128, w.const.shape)]
+
+
+def best(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    print(f"2 CPUs shared; load average {os.getloadavg()[0]:.1f} at the start")
+    print("| layer | kernel (ms) | previous kernel (ms) | speed-up | float conv (ms) | kernel / float |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, cin, cout, size, k, group in LAYERS:
+        node, ints = layer(cin, cout, size, k, group)
+        floats = [a.astype(np.float32) for a in ints]
+        assert np.array_equal(conv_kernel(node, ints)[0], previous_conv_kernel(node, ints)[0])
+        float_kernel = get_schema("Conv").kernel
+        now = prev = ref = float("inf")
+        for _ in range(args.repeats):  # interleaved rounds: load changes hit all three alike
+            now = min(now, best(lambda: conv_kernel(node, ints), 1))
+            prev = min(prev, best(lambda: previous_conv_kernel(node, ints), 1))
+            ref = min(ref, best(lambda: float_kernel(node, floats), 1))
+        print(f"| {name} | {now * 1e3:.1f} | {prev * 1e3:.1f} | {prev / now:.2f}x | {ref * 1e3:.1f} | "
+              f"{now / ref:.1f}x |")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""Post-training quantization where it breaks (issue 18): each technique's effect and its cost.
+
+    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed8,time] [--no-write]
+
+Models (tests/ptq_models.py, nothing downloaded): the MobileNetV2-style digits network (dead
+channels: folded depthwise ranges > 100x apart), torchvision's mobilenet_v2 with random weights
+(BatchNorm statistics from a few training-mode batches of random images, 96x96), the heavy-tailed
+digits CNN, and the bundled digits CNN. Compile times cover the digits nets (1078 calibration
+images of 8x8) and the torchvision net (16 calibration images of 96x96), where the passes that
+run the model on calibration samples weigh more against calibration itself. Each row is a `qcc.compile` with the options named; "old
+defaults" is what qcc did before issue 18 (method minmax, mse for fixed8; no equalize, no bias
+correction). onnxruntime's quantize_static runs as tests/ort_quant.py runs it (quant_pre_process,
+QDQ, uint8 activations, int8 weights). Accuracy and SQNR are measured on the test split; "ORT"
+columns run the written QDQ file in onnxruntime with graph optimizations off (the QDQ arithmetic
+in float: ORT's int8 kernels saturate on AVX2 without VNNI, docs/quantization.md), "runtime"
+columns for fixed point run the written .nnb decoded back (backends/nnb/lift.py) and the
+gcc-built C program (target c), both compared bit for bit with qcc's simulator. Compile times:
+in-process `qcc.compile` wall time, best of 3, the old-default row measured in the same run.
+Results go to docs/benchmarks.md, section "Post-training quantization".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.doc_section import DOC, replace_section  # noqa: E402
+from tests import ort_quant  # noqa: E402
+from tests.ptq_models import DIGITS, NetFiles, heavy_tailed_digits, mobilenet_digits  # noqa: E402
+
+SECTION = "## Post-training quantization"
+OLD = {"equalize": False, "bias_correct": False}
+
+
+def old_method(scheme: str) -> str:
+    return "mse" if scheme == "fixed8" else "minmax"
+
+
+def compile_timed(files: NetFiles, out: Path, repeat: int = 1, **options: Any) -> tuple[Any, dict[str, Any], float]:
+    from qcc.driver import compile as qcc_compile
+
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = qcc_compile(str(files.model), out, calib=str(files.calib), **options)
+        best = min(best, time.perf_counter() - start)
+    assert result is not None
+    return result[0], result[1], best
+
+
+def sim_scores(model: Any, files: NetFiles, reference: np.ndarray) -> tuple[float, float]:
+    from qcc.sim.interpreter import run_batched
+
+    (name,) = [v.name for v in model.graph.outputs]
+    y = run_batched(model, {model.graph.inputs[0].name: files.x}, quantized=True)[name]
+    return ort_quant.top1(y, files.labels), ort_quant.sqnr_db(y, reference)
+
+
+def float_reference(files: NetFiles) -> np.ndarray:
+    return ort_quant.run(files.model, {"x": files.x})
+
+
+def row(cells: list[Any]) -> str:
+    return "| " + " | ".join(f"{c:.4f}" if isinstance(c, float) and abs(c) <= 1 else
+                             f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells) + " |"
+
+
+# ---------------------------------------------------------------- MobileNetV2-style digits
+
+
+def mobilenet_files(work: Path) -> NetFiles:
+    folder = work / "mobilenet_digits"
+    folder.mkdir(exist_ok=True)
+    return mobilenet_digits().save(folder, "mobilenet_digits")
+
+
+def folded_onnx(files: NetFiles, work: Path) -> Path:
+    """The same net with BatchNorm folded into the convolutions, as torch.onnx.export writes it."""
+    from qcc.driver import compile as qcc_compile
+
+    out = work / f"{files.model.stem}_folded.onnx"
+    qcc_compile(str(files.model), out, passes="fold-bn")
+    return out
+
+
+def ort_rows(model: Path, files: NetFiles, reference: np.ndarray, work: Path, label: str,
+             per_channel: tuple[bool, ...] = (False, True)) -> list[str]:
+    calib = dict(np.load(files.calib))
+    lines = []
+    for method in ort_quant.ORT_METHODS:
+        for pc in per_channel:
+            out = work / f"ort_{model.stem}_{method}_{pc}.onnx"
+            ort_quant.quantize_static(model, out, calib, method, pc)
+            y = ort_quant.run(out, {"x": files.x}, optimize=False)
+            lines.append(row([f"quantize_static {method}" + ("" if pc else " per-tensor") + label,
+                              "-", ort_quant.top1(y, files.labels), ort_quant.sqnr_db(y, reference), "-", "-"]))
+    return lines
+
+
+def mobilenet_section(files: NetFiles, work: Path) -> list[str]:
+    reference = float_reference(files)
+    lines = ["### MobileNetV2-style digits network (per-tensor int8 and FIXED8)", "",
+             "| config | top-1 (qcc sim) | top-1 (ORT / runtime) | logits SQNR (dB) | compile (s) | vs old |",
+             "|---|---:|---:|---:|---:|---:|",
+             row(["float", "-", ort_quant.top1(reference, files.labels), "-", "-", "-"])]
+    variants = [
+        ("int8 per-tensor, old defaults", {"method": "minmax", **OLD}),
+        ("+ method auto", {"equalize": False, "bias_correct": False}),
+        ("+ equalize", {"bias_correct": False}),
+        ("+ bias-correct (new default)", {}),
+    ]
+    anchor = None
+    for name, opts in variants:
+        out = work / "mb_int8.onnx"
+        model, _, seconds = compile_timed(files, out, 3, target="onnx-qdq", quantize="int8", per_tensor=True, **opts)
+        anchor = anchor or seconds
+        top1, sqnr = sim_scores(model, files, reference)
+        y = ort_quant.run(out, {"x": files.x}, optimize=False)
+        lines.append(row([name, top1, ort_quant.top1(y, files.labels), sqnr, seconds, f"{seconds / anchor:.2f}x"]))
+    lines += ort_rows(folded_onnx(files, work), files, reference, work, " (BN folded)")
+    lines += ort_rows(files.model, files, reference, work, " (BN unfolded)", per_channel=(False,))
+    anchor = None
+    for name, opts in [("fixed8 .nnb, old defaults", {"method": "mse", **OLD}),
+                       ("+ method auto", {"equalize": False, "bias_correct": False}),
+                       ("+ equalize", {"bias_correct": False}), ("+ bias-correct (new default)", {})]:
+        model, _, seconds = compile_timed(files, work / "mb.nnb", 3, quantize="fixed8", **opts)
+        anchor = anchor or seconds
+        top1, sqnr = sim_scores(model, files, reference)
+        emulated = nnb_emulation(work / "mb.nnb", files.x, model)
+        lines.append(row([name, top1, f"{ort_quant.top1(emulated, files.labels):.4f} (.nnb, bit-exact)", sqnr, seconds,
+                          f"{seconds / anchor:.2f}x"]))
+    return lines
+
+
+def nnb_emulation(path: Path, x: np.ndarray, model: Any) -> np.ndarray:
+    """The written .nnb decoded back and run by the simulator; must equal the compiled model's run."""
+    from qcc.backends.nnb.format import read_nnb
+    from qcc.backends.nnb.lift import lift_nnb
+
+    from qcc.sim.fixed import FixedRunner
+
+    lifted = lift_nnb(read_nnb(path.read_bytes(), str(path)))
+    got = FixedRunner(lifted).run({lifted.graph.inputs[0].name: x})[lifted.graph.outputs[0].name]
+    want = FixedRunner(model).run({model.graph.inputs[0].name: x})[model.graph.outputs[0].name]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), "the .nnb does not emulate bit-exactly"
+    return got
+
+
+# ---------------------------------------------------------------- torchvision mobilenet_v2
+
+
+def torchvision_files(work: Path, size: int = 96, calib: int = 16, test: int = 16) -> NetFiles:
+    import torch
+    import torchvision
+
+    from qcc.api import write
+    from qcc.driver import load
+
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    net = torchvision.models.mobilenet_v2(weights=None)
+    net.train()
+    with torch.no_grad():  # BatchNorm statistics of random images, as a few training steps would leave them
+        for _ in range(4):
+            net(torch.randn(16, 3, size, size))
+    net.eval()
+    rng = np.random.default_rng(0)
+    x_calib = rng.standard_normal((calib, 3, size, size)).astype(np.float32)
+    x_test = rng.standard_normal((test, 3, size, size)).astype(np.float32)
+    batch = torch.export.Dim("N", min=1, max=1024)
+    program = torch.export.export(net, (torch.from_numpy(x_calib[:2]),), dynamic_shapes=({0: batch},))
+    path = work / "mobilenet_v2.onnx"
+    write(load(program, input_names=["x"]), path, target="onnx")
+    np.savez(work / "tv_calib.npz", x=x_calib)
+    with torch.no_grad():
+        labels = net(torch.from_numpy(x_test)).argmax(1).numpy()  # top-1 agreement with float
+    np.savez(work / "tv_test.npz", x=x_test, labels=labels)
+    return NetFiles(path, work / "tv_calib.npz", work / "tv_test.npz", x_test, labels)
+
+
+def torchvision_section(files: NetFiles, work: Path) -> list[str]:
+    reference = float_reference(files)
+    lines = ["### torchvision mobilenet_v2, random weights (96x96, 16 calibration and 16 test images)", "",
+             "| config | top-1 agreement (qcc sim) | logits SQNR (dB, qcc sim) | logits SQNR (dB, ORT) | compile (s) |",
+             "|---|---:|---:|---:|---:|"]
+    for name, opts in [("int8 per-tensor, no equalization", {"equalize": False, "bias_correct": False}),
+                       ("int8 per-tensor, equalize", {"bias_correct": False}),
+                       ("int8 per-tensor, equalize + bias-correct (default)", {}),
+                       ("int8 per-channel (default)", {"per_tensor": False})]:
+        per_tensor = opts.pop("per_tensor", True)
+        out = work / "tv.onnx"
+        model, _, seconds = compile_timed(files, out, 1, target="onnx-qdq", quantize="int8", per_tensor=per_tensor,
+                                          **opts)
+        top1, sqnr = sim_scores(model, files, reference)
+        y = ort_quant.run(out, {"x": files.x}, optimize=False)
+        lines.append(row([name, top1, sqnr, ort_quant.sqnr_db(y, reference), seconds]))
+    return lines
+
+
+# ---------------------------------------------------------------- heavy tails
+
+
+def heavy_section(work: Path) -> list[str]:
+    test = np.load(DIGITS / "test.npz")
+    files = NetFiles(heavy_tailed_digits(work / "heavy.onnx"), DIGITS / "calib.npz", DIGITS / "test.npz",
+                     test["x"], test["labels"])
+    reference = float_reference(files)
+    lines = ["### Heavy-tailed digits CNN (int8 per channel, bias-correct on; SQNR in ORT float simulation)", "",
+             "| config | top-1 | logits SQNR (dB) |", "|---|---:|---:|"]
+    for method in ("minmax", "percentile", "entropy", "mse", "auto"):
+        out = work / f"heavy_{method}.onnx"
+        compile_timed(files, out, 1, target="onnx-qdq", quantize="int8", method=method)
+        y = ort_quant.run(out, {"x": files.x}, optimize=False)
+        label = f"qcc int8 {method}" + (" (default)" if method == "auto" else "")
+        lines.append(row([label, ort_quant.top1(y, files.labels), ort_quant.sqnr_db(y, reference)]))
+    for line in ort_rows(files.model, files, reference, work, ""):
+        cells = line.split(" | ")
+        lines.append(" | ".join([cells[0], cells[2], cells[3]]) + " |")
+    return lines
+
+
+# ---------------------------------------------------------------- W4A8
+
+
+def w4a8_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
+    lines = ["### W4A8: int4 weights (per channel), int8 activations", "",
+             "| net | rounding | bias-correct | top-1 (qcc sim) | top-1 (ORT) | logits SQNR (dB) | compile (s) |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for name, files in nets.items():
+        reference = float_reference(files)
+        lines.append(row([name, "float", "-", "-", ort_quant.top1(reference, files.labels), "-", "-"]))
+        for rounding in ("nearest", "learned"):
+            for bias_correct in (False, True):
+                out = work / f"w4_{name}.onnx"
+                model, _, seconds = compile_timed(files, out, 1, target="onnx-qdq", quantize="int4",
+                                                  rounding=rounding, bias_correct=bias_correct)
+                top1, sqnr = sim_scores(model, files, reference)
+                y = ort_quant.run(out, {"x": files.x}, optimize=False)
+                lines.append(row([name, rounding, "yes" if bias_correct else "no", top1,
+                                  ort_quant.top1(y, files.labels), sqnr, seconds]))
+    return lines
+
+
+# ---------------------------------------------------------------- FIXED8 bias correction, .nnb and C
+
+
+def c_outputs(directory: Path, x: np.ndarray) -> np.ndarray:
+    subprocess.run(["make", "-s", "-C", str(directory), "CFLAGS=-std=c99 -O2 -ffp-contract=off"], check=True,
+                   capture_output=True)
+    outs = []
+    for i, sample in enumerate(x):
+        src, dst = directory / f"in{i}.bin", directory / f"out{i}.bin"
+        sample.astype("<f4").tofile(src)
+        subprocess.run([str(directory / "model"), str(src), str(dst)], check=True, capture_output=True)
+        outs.append(np.fromfile(dst, dtype="<f4"))
+    return np.stack(outs)
+
+
+def fixed8_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> list[str]:
+    from qcc.sim.fixed import FixedRunner
+
+    lines = ["### FIXED8 bias correction (.nnb and C)", "",
+             "| net | bias-correct | top-1 | logits SQNR (dB) | .nnb emulation == sim | C (gcc) == sim |",
+             "|---|---|---:|---:|---|---|"]
+    for name, files in nets.items():
+        reference = float_reference(files)
+        for bias_correct in (False, True):
+            model, _, _ = compile_timed(files, work / f"{name}.nnb", 1, quantize="fixed8", bias_correct=bias_correct)
+            top1, sqnr = sim_scores(model, files, reference)
+            nnb_emulation(work / f"{name}.nnb", files.x, model)  # asserts bit-exactness
+            c_dir = work / f"{name}_c"
+            c_model, _, _ = compile_timed(files, c_dir, 1, quantize="fixed8", bias_correct=bias_correct)
+            x = files.x[:c_samples]
+            got = c_outputs(c_dir, x)
+            want = FixedRunner(c_model).run({c_model.graph.inputs[0].name: x})[c_model.graph.outputs[0].name]
+            exact = np.array_equal(got.view(np.uint32), want.reshape(len(x), -1).view(np.uint32))
+            lines.append(row([name, "yes" if bias_correct else "no", top1, sqnr,
+                              f"yes ({len(files.x)} images)", f"{'yes' if exact else 'NO'} ({len(x)} images)"]))
+    return lines
+
+
+# ---------------------------------------------------------------- compile time
+
+
+CLI_FLAGS = {"equalize": "--no-equalize", "bias_correct": "--no-bias-correct"}
+
+
+def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor: bool, old: bool) -> float:
+    """Wall time of `qcc compile` in a fresh process: what a user waits for, imports included."""
+    argv = [sys.executable, "-m", "qcc", "compile", str(files.model), "-o", str(out), "--target", target,
+            "--quantize", scheme, "--calib", str(files.calib)]
+    if per_tensor:
+        argv.append("--per-tensor")
+    if old:
+        argv += ["--method", old_method(scheme), *CLI_FLAGS.values()]
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def time_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
+    lines = ["### Compile time: new defaults against the old ones (same run, best of 3, interleaved)", "",
+             "| net | scheme | target | in-process old (s) | new (s) | ratio | `qcc compile` old (s) | new (s) | "
+             "ratio | passes added |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for name, files in nets.items():
+        for scheme, target, per_tensor in (("int8", "onnx-qdq", False), ("int8", "onnx-qdq", True),
+                                           ("fixed8", "nnb", False), ("fixed16", "nnb", False)):
+            out = work / ("t.nnb" if target == "nnb" else "t.onnx")
+            old = new = cli_old = cli_new = float("inf")
+            report: dict[str, Any] = {}
+            for _ in range(3):  # interleaved: load changes hit both alike
+                _, _, t_old = compile_timed(files, out, 1, target=target, quantize=scheme, per_tensor=per_tensor,
+                                            method=old_method(scheme), **OLD)
+                _, report, t_new = compile_timed(files, out, 1, target=target, quantize=scheme, per_tensor=per_tensor)
+                old, new = min(old, t_old), min(new, t_new)
+                cli_old = min(cli_old, cli_seconds(files, out, scheme, target, per_tensor, True))
+                cli_new = min(cli_new, cli_seconds(files, out, scheme, target, per_tensor, False))
+            added = [p for p in report["pipeline"] if p in ("equalize", "bias-correct", "learned-rounding")]
+            lines.append(row([name, scheme + (" per-tensor" if per_tensor else ""), target, old, new,
+                              f"{new / old:.2f}x", cli_old, cli_new, f"{cli_new / cli_old:.2f}x",
+                              ", ".join(added) + ", method auto"]))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed8,time")
+    ap.add_argument("--c-samples", type=int, default=40, help="test images run through the C program")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    wanted = args.sections.split(",")
+    load_start = os.getloadavg()[0]
+    parts: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        test = np.load(DIGITS / "test.npz")
+        digits = NetFiles(DIGITS / "digits_cnn.onnx", DIGITS / "calib.npz", DIGITS / "test.npz", test["x"],
+                          test["labels"])
+        needs_mobilenet = {"mobilenet", "w4a8", "fixed8", "time"} & set(wanted)
+        mobilenet = mobilenet_files(work) if needs_mobilenet else None
+        torchvision = torchvision_files(work) if {"torchvision", "time"} & set(wanted) else None
+        nets = {"digits CNN": digits, **({"MobileNetV2-style digits": mobilenet} if mobilenet else {})}
+        timed = {**nets, **({"torchvision mobilenet_v2 96x96": torchvision} if torchvision else {})}
+        builders = {
+            "mobilenet": lambda: mobilenet_section(mobilenet, work),  # type: ignore[arg-type]
+            "torchvision": lambda: torchvision_section(torchvision, work),  # type: ignore[arg-type]
+            "heavy": lambda: heavy_section(work),
+            "w4a8": lambda: w4a8_section(nets, work),
+            "fixed8": lambda: fixed8_section(nets, work, args.c_samples),
+            "time": lambda: time_section(timed, work),
+        }
+        for name in wanted:
+            start = time.perf_counter()
+            lines = builders[name]()
+            lines.append("")
+            lines.append(f"(section measured in {time.perf_counter() - start:.0f} s)")
+            print("\n".join(lines) + "\n", flush=True)
+            parts += [*lines, ""]
+    if args.no_write:
+        return
+    import onnxruntime
+
+    head = [SECTION, "",
+            f"`bench/ptq.py`, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, onnxruntime "
+            f"{onnxruntime.__version__}; 1-minute load average {load_start:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end (other jobs share the machine: compare times within a table). "
+            "See the script's docstring for what each column measures.", ""]
+    replace_section(SECTION, "\n".join(head + parts) + "\n", DOC)
+    print(f"written to {DOC}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""The `bias-correct` pass: each quantized layer's mean output error moved into its bias.
+
+Runs after the annotation pass (quantize-affine or assign-fixed-point), on the annotated model:
+
+- **empirical** (calibration data given): the model runs as `run_model(quantized=True)` runs it
+  (nnabla-c-runtime's integer kernels for an all fixed-point model, fake quantization
+  otherwise). At each Conv / ConvTranspose / Dense, the stored output is compared with the float
+  layer (float weights and bias) applied to the same stored input; the mean difference per
+  output channel, over the first `samples` samples, is subtracted from the bias. This is the
+  layer's own systematic error: weight rounding times the mean input, truncation toward zero
+  (FIXED8 convolutions truncate once per input channel), the output's and the bias's rounding.
+- **analytical** (no data): (W_q - W) E[x] per output channel, E[x] from the BatchNorm
+  statistics fold-bn kept (a clamped normal through ReLU/ReLU6, Nagel et al. 2019); layers
+  whose input has no such statistics are left as they are, with a report line.
+
+The new bias respects the target's storage: it keeps the annotation the annotation pass gave it
+(int32 at s_x * s_w for affine; the output's width and position for fixed point, which is what
+nnabla-c-runtime requires of a bias), and is clipped to what that storage holds (reported). A
+layer without a bias gets one. Re-running is idempotent: the bias before correction is kept in
+`meta["bias_before_correction"]` and restored first, which is how `sensitivity` and
+`accuracy-control` re-apply the correction after they change annotations.
+Report section `bias_correct`: per layer, the largest shift in units of the output's step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+from qcc.passes.channel_fold import (
+    fold_input_affine,
+    layer_bias,
+    layer_bias_value,
+    layer_weight,
+    output_channels,
+    set_layer_bias,
+)
+from qcc.passes.fold_bn import BN_STATS
+from qcc.passes.quantize_affine import annotate_bias
+from qcc.passes.quantreport import parameter_entry
+from qcc.passes.quantutil import (
+    annotation_pass,
+    at_least,
+    calibration_batches,
+    check_choices,
+    clamp_bounds,
+    commutes_with_channel_scale,
+    has_weight,
+    is_view,
+    param_data,
+    register_refinement,
+)
+
+from qcc.errors import UsageError
+from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.fakequant import apply_annotation
+from qcc.ir.registry import get_schema
+from qcc.ir.types import Affine, FixedPoint
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.biascorr import ChannelMean, storable
+from qcc.quant.equalize import clipped_normal_mean
+from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
+
+SECTION = "bias_correct"
+BEFORE = "bias_before_correction"
+"""value.meta key of a corrected bias: its float values before correction."""
+
+
+@attrs.frozen
+class BiasCorrect(Pass):
+    """Move each quantized layer's mean output error into its bias (empirical, or from BatchNorm)."""
+
+    name = "bias-correct"
+
+    mode: Literal["auto", "empirical", "analytical"] = attrs.field(
+        default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
+    samples: int = attrs.field(default=16, validator=at_least(1),
+                               metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
+
+    def __attrs_post_init__(self) -> None:
+        check_choices(self)
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        annotation_pass(model, self.name)
+        undo_bias_correction(model)
+        layers = [n for n in model.graph.nodes if _correctable(n)]
+        mode = self.mode
+        if mode == "auto":
+            mode = "empirical" if ctx.calib_data is not None else "analytical"
+        if mode == "empirical":
+            if ctx.calib_data is None:
+                raise UsageError("bias-correct{mode=empirical} needs calibration data (--calib DATA.npz)")
+            shifts = self._measured(model, layers, ctx)
+        else:
+            shifts = {id(n): s for n in layers if (s := _analytical(n, ctx)) is not None}
+        entries = [_apply(model, n, shifts[id(n)], mode) for n in layers if id(n) in shifts]
+        ctx.report[SECTION] = entries
+        register_refinement(model, self)
+        return PassResult(model, bool(entries), frozenset({"*"}))
+
+    def undo(self, model: Model) -> None:
+        """Called before the annotations change (sensitivity, accuracy-control): biases as they were."""
+        undo_bias_correction(model)
+
+    def _measured(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, np.ndarray]:
+        """Sequential correction on one batch of the first `samples` samples; a model with a
+        static batch dimension is measured layer by layer instead (`_own_errors`)."""
+        parts = list(calibration_batches(model, ctx, self.samples, self.samples))
+        if len(parts) == 1:
+            return _sequential(model, layers, parts[0])
+        return _own_errors(model, layers, parts)
+
+
+def _own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Per layer, stored output minus the float layer on the same stored input, streamed over the
+    batches (a static batch dimension: the sequential correction needs all samples at once)."""
+    from qcc.sim.compare import quantized_runner
+
+    inputs = {id(n.input(0)) for n in layers}
+    by_output = {id(n.outputs[0]): n for n in layers}
+    means = {id(n): ChannelMean() for n in layers}
+    seen: dict[int, np.ndarray] = {}
+
+    def observe(value: Value, array: np.ndarray) -> None:
+        if id(value) in inputs:
+            seen[id(value)] = array
+        layer = by_output.get(id(value))
+        if layer is not None:
+            reference = _float_layer(layer, seen[id(layer.input(0))])
+            means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
+
+    runner = quantized_runner(model, observe)
+    for part in parts:
+        runner.run(part)
+        seen.clear()
+    return {key: m.mean() for key, m in means.items() if m.count}
+
+
+def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each layer in graph order gets the mean of (its stored output - the float model's output)
+    with every earlier layer already corrected: one float run and one quantized run of the whole
+    batch. A kernel wrapper measures each layer and adds its bias change to what it computed
+    (the bias is the last term of every layer's sum), so later layers see the corrected one."""
+    from qcc.sim.compare import passthrough
+    from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
+    from qcc.sim.interpreter import Interpreter
+
+    wanted = {id(n.outputs[0]) for n in layers}
+    reference: dict[int, np.ndarray] = {}
+
+    def keep(value: Value, array: np.ndarray) -> None:
+        if id(value) in wanted:
+            reference[id(value)] = array
+
+    Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
+    for layer in layers:  # a layer without a bias gets a zero one, so the runner stores it
+        ensure_bias(model.graph, layer)
+    shifts: dict[int, np.ndarray] = {}
+    fixed = runs_integer_kernels(model)
+    runner: Any = None
+
+    def corrected(original: Any) -> Any:
+        def kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+            if id(node.outputs[0]) not in wanted:
+                return original(node, args)  # type: ignore[no-any-return]
+            exact_add = fixed and dedicated_problem(node) is None
+            # the integer kernels add the bias last, saturating: compute the sum once, add either bias
+            partial = original(node, args[:2])[0] if exact_add else None
+            out = [_add_bias(node, partial, args[2])] if exact_add else original(node, args)
+            target = reference[id(node.outputs[0])]
+            stored = np.asarray(out[0])
+            got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
+            mean = ChannelMean()
+            mean.add(got.astype(np.float64) - target, _mask(node, target))
+            shift = mean.mean()
+            _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
+            shifts[id(node)] = shifts.get(id(node), 0.0) + shift
+            bias = _bias(node)
+            assert bias is not None and bias.const is not None
+            if exact_add:
+                return [_add_bias(node, partial, runner.store_param(bias))]
+            if fixed:  # a generic kernel (mixed types): compute it again
+                return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
+            change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
+            return [(stored + change).astype(stored.dtype)]  # before storage: the bias is the last term
+        return kernel
+
+    ops = {n.op for n in layers}
+    if fixed:
+        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops})
+    else:
+        runner = Interpreter(model, quantized=True,
+                             kernels={op: corrected(get_schema(op).kernel) for op in ops})
+    runner.run(feeds)
+    undo_bias_correction(model)
+    return shifts
+
+
+def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
+    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
+    from qcc.sim.fixed import bias_ints, fixed_of, sat_add
+
+    out = fixed_of(node.outputs[0])
+    assert out is not None and partial is not None
+    view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
+    return sat_add(partial, view, out.bits)
+
+
+def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
+    """The layer in float (float weights and bias) on input x."""
+    bias = _bias(layer)
+    params = [param_data(layer_weight(layer)), *([bias.const] if bias is not None else [])]
+    return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
+
+
+def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
+    """Where a change of the bias changes what the model computes: inside the clamp that reads
+    the output (ReLU: above 0) and inside what the output's annotation can store (a saturated
+    value does not move)."""
+    lo, hi = _active_region(layer)
+    storable_range = output_range(layer.outputs[0].quant)
+    if storable_range is not None:
+        lo = storable_range[0] if lo is None else max(lo, storable_range[0])
+        hi = storable_range[1] if hi is None else min(hi, storable_range[1])
+    if lo is None and hi is None:
+        return None
+    return (reference > (-np.inf if lo is None else lo)) & (reference < (np.inf if hi is None else hi))
+
+
+def output_range(quant: Any) -> tuple[float, float] | None:
+    """The values a per-tensor annotation can store."""
+    if isinstance(quant, FixedPoint):
+        qmin, qmax = fixed_bounds(quant.bits)
+        return float(np.ldexp(qmin, -quant.frac)), float(np.ldexp(qmax, -quant.frac))
+    if isinstance(quant, Affine) and quant.axis is None:
+        qmin, qmax = AFFINE_DTYPES[quant.dtype]
+        scale, zp = float(quant.scale[0]), int(quant.zero_point[0])
+        return (qmin - zp) * scale, (qmax - zp) * scale
+    return None
+
+
+def _active_region(layer: Node) -> tuple[float | None, float | None]:
+    """Where the layer's output matters: inside the clamp that alone reads it (ReLU: above 0)."""
+    readers = layer.outputs[0].consumers()
+    bounds = [clamp_bounds(n) for n in readers]
+    if not readers or any(b is None for b in bounds) or len(set(bounds)) != 1:
+        return None, None
+    return bounds[0]  # type: ignore[return-value]
+
+
+def undo_bias_correction(model: Model) -> None:
+    """Restore every bias a previous bias-correct changed."""
+    for value in model.graph.constants:
+        before = value.meta.pop(BEFORE, None)
+        if before is not None:
+            value.const = before
+
+
+def _bias(layer: Node) -> Value | None:
+    return layer_bias_value(layer)
+
+
+def _correctable(layer: Node) -> bool:
+    """A quantized weighted layer (Conv / ConvTranspose / Dense) whose bias qcc may change."""
+    index = get_schema(layer.op).weight_input
+    if not has_weight(layer) or index is None or len(layer.inputs) <= index or layer.inputs[index] is None:
+        return False
+    x, w, y = layer.input(0), layer_weight(layer), layer.outputs[0]
+    if not all(isinstance(v.quant, (Affine, FixedPoint)) for v in (x, w, y)) or param_data(w) is None:
+        return False
+    bias = _bias(layer)
+    if bias is None:
+        return True
+    return bias.const is not None and not bias.meta.get("pinned") and isinstance(bias.quant, (Affine, FixedPoint)) \
+        and len(bias.uses()) == 1
+
+
+def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
+    """bias := (the bias as stored) - shift: the stored bias moves by the grid step nearest to
+    the shift (correcting the float bias instead would add its own rounding, up to a step)."""
+    before = layer_bias(layer, output_channels(layer, _weight(layer)))
+    bias = ensure_bias(model.graph, layer)
+    assert bias.const is not None
+    bias.meta[BEFORE] = before.astype(bias.const.dtype)
+    stored = apply_annotation(before.astype(np.float64), bias.quant) if bias.quant is not None else before
+    bias.const = (np.asarray(stored, np.float64) - shift).astype(bias.const.dtype)
+    clipped = _clip_to_storage(bias)
+    if bias.quant is not None:
+        bias.meta["report"] = parameter_entry(bias.const, bias.quant)
+    step = _output_step(layer)
+    entry: dict[str, Any] = {"layer": layer.name, "mode": mode,
+                             "max_shift_steps": round(float(np.max(np.abs(shift)) / step), 3) if step else None}
+    if clipped:
+        entry["clipped"] = f"{clipped} channel(s) clipped to what {bias.quant} can store"
+    return entry
+
+
+def _weight(layer: Node) -> np.ndarray:
+    w = param_data(layer_weight(layer))
+    assert w is not None
+    return w
+
+
+def ensure_bias(graph: Graph, layer: Node) -> Value:
+    """The layer's bias; a zero one, annotated as the target stores biases, if it has none (int32
+    at s_x * s_w for affine; the output's type and position for fixed point, the nnb rule)."""
+    bias = _bias(layer)
+    if bias is not None:
+        return bias
+    set_layer_bias(graph, layer, np.zeros(output_channels(layer, _weight(layer))))
+    bias = _bias(layer)
+    assert bias is not None
+    out = layer.outputs[0].quant
+    if isinstance(out, FixedPoint):
+        bias.quant = FixedPoint(out.bits, out.frac)
+    else:
+        annotate_bias(layer)
+    return bias
+
+
+def _clip_to_storage(bias: Value) -> int:
+    quant, data = bias.quant, bias.const
+    assert data is not None
+    if isinstance(quant, FixedPoint):
+        qmin, qmax = fixed_bounds(quant.bits)
+        clipped, n = storable(data.astype(np.float64), np.ldexp(1.0, -quant.frac), qmin, qmax)
+    elif isinstance(quant, Affine):
+        qmin, qmax = AFFINE_DTYPES[quant.dtype]
+        scale = np.asarray(quant.scale, np.float64)
+        clipped, n = storable(data.astype(np.float64), scale, qmin, qmax, np.asarray(quant.zero_point))
+    else:
+        return 0
+    if n:
+        bias.const = clipped.astype(data.dtype)
+    return n
+
+
+def _output_step(layer: Node) -> float | None:
+    quant = layer.outputs[0].quant
+    if isinstance(quant, FixedPoint):
+        return float(np.ldexp(1.0, -quant.frac))
+    if isinstance(quant, Affine):
+        return float(quant.scale[0])
+    return None
+
+
+# ---------------------------------------------------------------------- analytical
+
+
+def _analytical(layer: Node, ctx: PassContext) -> np.ndarray | None:
+    """(W_q - W) E[x] per output channel, or None (noted) when E[x] is unknown."""
+    w = param_data(layer_weight(layer))
+    assert w is not None
+    mean = expected_input(layer.input(0))
+    channels = layer.input(0).type.shape[1]
+    if mean is None or get_schema(layer.op).has("scatters") or channels != mean.size:
+        ctx.note(SECTION, f"{layer.name}: no BatchNorm statistics describe its input; not corrected "
+                          "(give calibration data for the empirical correction)")
+        return None
+    error = apply_annotation(w, layer_weight(layer).quant).astype(np.float64) - w.astype(np.float64)
+    zeros = np.zeros(output_channels(layer, w))
+    _, shift = fold_input_affine(layer, error, zeros, np.ones(mean.size), mean)
+    return shift
+
+
+def expected_input(value: Value) -> np.ndarray | None:
+    """E[x] per channel of an activation, from the BatchNorm statistics of the layer before it
+    (through a clamp, pooling and views)."""
+    clamp: tuple[float | None, float | None] | None = None
+    repeat = 1
+    while BN_STATS not in value.meta:
+        producer = value.producer()
+        if producer is None or not producer.inputs or producer.inputs[0] is None:
+            return None
+        bounds = clamp_bounds(producer)
+        if bounds is not None and clamp is None:
+            clamp = bounds
+        elif is_view(producer) and not commutes_with_channel_scale(producer):
+            src = producer.input(0).type.shape
+            if len(src) < 3 or not all(isinstance(d, int) for d in src[1:]):
+                return None
+            repeat *= math.prod(int(d) for d in src[2:])
+        elif bounds is not None or not commutes_with_channel_scale(producer):
+            return None
+        value = producer.input(0)
+    mean, std = value.meta[BN_STATS]
+    expected = clipped_normal_mean(mean, std, *clamp) if clamp is not None else np.asarray(mean, np.float64)
+    return np.repeat(expected, repeat) if repeat > 1 else expected

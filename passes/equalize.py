@@ -1,0 +1,309 @@
+"""The `equalize` pass: cross-layer equalization and high-bias absorption (Nagel et al. 2019).
+
+Per-tensor weight scales (and fixed point's one position per tensor) break when folding a
+BatchNorm leaves a layer's output channels orders of magnitude apart: a channel whose running
+variance was near zero (a dead channel, MobileNetV2) gets a filter hundreds of times larger
+than the others, and every other filter rounds to a few levels. For two layers A -> B with
+only a clamping activation (ReLU, ReLU6) or pooling between them, on every channel c:
+
+1. **Dead channels.** When A's channel c is provably constant (A's filter is all zero: the
+   channel is act(bias)) or is below the clamp's floor on every calibration sample, B reads a
+   constant k there: k * sum(B's weights on c) moves into B's bias (needs k = 0 or a B that
+   reads no padding), B's weights on c and A's filter c become zero. Exact for the provable
+   case, exact on the data for the observed one (reported).
+2. **Equalization.** A's channel c is divided by s_c and B's input channel c multiplied by it,
+   s_c = sqrt(r1_c / r2_c) (qcc.quant.equalize), iterated over all pairs until the scales
+   settle. A clamp with an upper bound limits s_c so that it stays exact on the data.
+3. **High-bias absorption.** For A -> clamp(0, hi) -> B with B reading no padding, the shift
+   c = the channel's minimum on the data (when positive and the clamp's top is never reached)
+   leaves A's bias for B's: act(x - c) == act(x) - c there. Without data, c = max(0, mean -
+   3 std) of the BatchNorm fold-bn folded into A (DFQ's data-free rule, approximate).
+
+Runs before `calibrate` (statistics must describe the equalized model). Report section
+`equalize`: one entry per pair with its scale range and the channels it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import numpy as np
+from qcc.passes.channel_fold import (
+    fold_input_affine,
+    fold_output_affine,
+    input_ranges,
+    layer_bias,
+    layer_weight,
+    output_channels,
+    output_ranges,
+    reads_padding,
+    set_layer_bias,
+)
+from qcc.passes.fold_bn import BN_STATS
+from qcc.passes.quantutil import (
+    at_least,
+    calibration_batches,
+    clamp_bounds,
+    commutes_with_channel_scale,
+    folds_channels,
+)
+
+from qcc.ir.core import Graph, Model, Node, Value
+from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.quant.equalize import (
+    absorbable_shift,
+    clamp_scale_limits,
+    cle_scales,
+    limit_scales,
+    normal_shift,
+)
+
+SECTION = "equalize"
+
+
+@attrs.define(eq=False)
+class Pair:
+    """Layers a -> b with channel-preserving nodes between (at most one clamp)."""
+
+    a: Node
+    b: Node
+    between: tuple[Node, ...]
+    channels: int
+    total: np.ndarray = attrs.field(init=False)  # divisor applied to a's output channels so far
+    data_lo: np.ndarray | None = None  # per channel, of the clamp's input (before any scaling)
+    data_hi: np.ndarray | None = None
+    dead: int = 0
+    absorbed: int = 0
+    limited: int = 0
+    smin: np.ndarray | None = None  # bounds on `total` that keep the clamp exact
+    smax: np.ndarray | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.total = np.ones(self.channels)
+
+    @property
+    def clamp(self) -> Node | None:
+        return next((n for n in self.between if clamp_bounds(n) is not None), None)
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        clamp = self.clamp
+        return (None, None) if clamp is None else clamp_bounds(clamp)  # type: ignore[return-value]
+
+    @property
+    def name(self) -> str:
+        return " -> ".join([self.a.name, *(n.op for n in self.between), self.b.name])
+
+
+@attrs.frozen
+class Equalize(Pass):
+    """Cross-layer equalization, dead-channel cleanup and high-bias absorption (before calibrate)."""
+
+    name = "equalize"
+
+    iterations: int = attrs.field(default=20, validator=at_least(1), metadata={"help": "equalization sweeps at most"})
+    absorb_bias: bool = attrs.field(default=True, metadata={"help": "high-bias absorption"})
+    dead_channels: bool = attrs.field(default=True, metadata={"help": "zero what reads a dead channel"})
+    samples: int = attrs.field(default=32, validator=at_least(1),
+                               metadata={"help": "calibration samples for per-channel ranges"})
+
+    def run(self, model: Model, ctx: PassContext) -> PassResult:
+        graph = model.graph
+        pairs = find_pairs(graph)
+        if not pairs:
+            return PassResult.unchanged(model)
+        self._observe(model, pairs, ctx)
+        work = _Weights(pairs)
+        for pair in pairs:
+            if self.dead_channels:
+                _remove_dead(pair, work)
+        for pair in pairs:
+            pair.smin, pair.smax = self._limits(pair, ctx)
+            pair.limited = int(np.count_nonzero(pair.smax < np.inf))
+        for _ in range(self.iterations):
+            moved = max(_equalize(pair, work) for pair in pairs)
+            if moved < 1e-4:
+                break
+        if self.absorb_bias:
+            for pair in pairs:
+                _absorb(pair, work)
+        changed = work.write(graph)
+        for pair in pairs:
+            ctx.note(SECTION, _entry(pair))
+        return PassResult(model, changed, frozenset() if changed else frozenset({"*"}))
+
+    def _observe(self, model: Model, pairs: list[Pair], ctx: PassContext) -> None:
+        """Per-channel min/max of each clamp's input on the calibration data (when given)."""
+        wanted = {id(p.clamp.input(0)): p for p in pairs if p.clamp is not None}
+        if not wanted or ctx.calib_data is None:
+            return
+        from qcc.sim.compare import passthrough
+        from qcc.sim.interpreter import Interpreter
+
+        def observe(value: Value, array: np.ndarray) -> None:
+            pair = wanted.get(id(value))
+            if pair is None:
+                return
+            axes = tuple(a for a in range(array.ndim) if a != 1)
+            lo, hi = array.min(axis=axes).astype(np.float64), array.max(axis=axes).astype(np.float64)
+            pair.data_lo = lo if pair.data_lo is None else np.minimum(pair.data_lo, lo)
+            pair.data_hi = hi if pair.data_hi is None else np.maximum(pair.data_hi, hi)
+
+        interp = Interpreter(model, observer=observe, kernels={"Quantize": passthrough})
+        for batch in calibration_batches(model, ctx, self.samples, 64):
+            interp.run(batch)
+
+    def _limits(self, pair: Pair, ctx: PassContext) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = pair.bounds
+        smin, smax = clamp_scale_limits(pair.data_lo, pair.data_hi, lo, hi, pair.channels)
+        if pair.clamp is not None and pair.data_hi is None and np.all(smax == 1.0):
+            ctx.note(SECTION, f"{pair.name}: {pair.clamp.op} bounds the values and there is no calibration "
+                     "data to show it is inactive: not equalized")
+        return smin, smax
+
+
+def find_pairs(graph: Graph) -> list[Pair]:
+    """Every a -> (clamp | pooling | channel-keeping view)* -> b of foldable layers, one reader each."""
+    pairs = []
+    outputs = {id(v) for v in graph.outputs}
+    for a in graph.nodes:
+        if not folds_channels(a):
+            continue
+        value, between = a.outputs[0], list[Node]()
+        while id(value) not in outputs and len(uses := value.uses()) == 1:
+            reader = uses[0][0]
+            if folds_channels(reader) and uses[0][1] == 0:
+                w = layer_weight(a).const
+                assert w is not None
+                channels = output_channels(a, w)
+                if reader.input(0).type.shape[1] == channels and sum(
+                        clamp_bounds(n) is not None for n in between) <= 1:
+                    pairs.append(Pair(a, reader, tuple(between), channels))
+                break
+            if clamp_bounds(reader) is None and not commutes_with_channel_scale(reader):
+                break
+            between.append(reader)
+            value = reader.outputs[0]
+    return pairs
+
+
+class _Weights:
+    """float64 working copies of every layer the pairs touch, written back once."""
+
+    def __init__(self, pairs: Iterable[Pair]) -> None:
+        self.arrays: dict[int, tuple[Node, np.ndarray, np.ndarray]] = {}
+        self.stats: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.changed: set[int] = set()
+        for pair in pairs:
+            for layer in (pair.a, pair.b):
+                w = layer_weight(layer).const
+                assert w is not None
+                self.arrays[id(layer)] = (layer, w.astype(np.float64), layer_bias(layer, output_channels(layer, w)))
+            stats = pair.a.outputs[0].meta.get(BN_STATS)
+            if stats is not None:
+                self.stats[id(pair.a)] = (np.array(stats[0]), np.array(stats[1]))
+
+    def get(self, layer: Node) -> tuple[np.ndarray, np.ndarray]:
+        _, w, b = self.arrays[id(layer)]
+        return w, b
+
+    def set(self, layer: Node, w: np.ndarray, b: np.ndarray) -> None:
+        self.arrays[id(layer)] = (layer, w, b)
+        self.changed.add(id(layer))
+
+    def write(self, graph: Graph) -> bool:
+        for key in self.changed:
+            layer, w, b = self.arrays[key]
+            weight = layer_weight(layer)
+            assert weight.const is not None
+            weight.const = np.ascontiguousarray(w.astype(weight.const.dtype))
+            set_layer_bias(graph, layer, b)
+        for key, (mean, std) in self.stats.items():
+            layer = self.arrays[key][0]
+            layer.outputs[0].meta[BN_STATS] = (mean, std)
+        return bool(self.changed)
+
+
+def _constant_channels(pair: Pair, work: _Weights) -> np.ndarray:
+    """Per channel, the constant b reads (NaN where not constant): provably, or on the data."""
+    w, b = work.get(pair.a)
+    lo = pair.bounds[0]
+    zero_filter = output_ranges(pair.a, w) == 0
+    k = np.where(zero_filter, b, np.nan)
+    for node in pair.between:
+        bounds = clamp_bounds(node)
+        if bounds is not None:
+            k = np.clip(k, -np.inf if bounds[0] is None else bounds[0], np.inf if bounds[1] is None else bounds[1])
+        elif node.attrs.get("count_include_pad") and any(node.attrs.get("pads", ())):
+            k = np.where(k == 0, 0.0, np.nan)  # padding averages zeros into a nonzero constant
+    if lo == 0 and pair.data_hi is not None:
+        k = np.where(np.isnan(k) & (pair.data_hi <= 0), 0.0, k)  # never above the floor: reads 0
+    return k
+
+
+def _remove_dead(pair: Pair, work: _Weights) -> None:
+    k = _constant_channels(pair, work)
+    usable = ~np.isnan(k) & ((k == 0) | (not reads_padding(pair.b)))
+    wb, bb = work.get(pair.b)
+    usable &= input_ranges(pair.b, wb, pair.channels) > 0  # b still reads them
+    if not usable.any():
+        return
+    keep = np.where(usable, 0.0, 1.0)
+    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, keep, np.where(usable, k, 0.0)))
+    wa, ba = work.get(pair.a)
+    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, keep, np.zeros(pair.channels)))
+    if id(pair.a) in work.stats:
+        mean, std = work.stats[id(pair.a)]
+        work.stats[id(pair.a)] = (mean * keep, std * keep)
+    pair.dead = int(np.count_nonzero(usable))
+
+
+def _equalize(pair: Pair, work: _Weights) -> float:
+    """One equalization step of the pair; returns the largest |log s| it applied."""
+    wa, ba = work.get(pair.a)
+    wb, bb = work.get(pair.b)
+    s = cle_scales(output_ranges(pair.a, wa), input_ranges(pair.b, wb, pair.channels))
+    if pair.smin is not None and pair.smax is not None:
+        s = limit_scales(s, pair.total, pair.smin, pair.smax)
+    moved = float(np.max(np.abs(np.log(s)))) if s.size else 0.0
+    if moved < 1e-9:
+        return moved
+    zeros = np.zeros(pair.channels)
+    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, 1.0 / s, zeros))
+    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, s, zeros))
+    pair.total = pair.total * s
+    if id(pair.a) in work.stats:
+        mean, std = work.stats[id(pair.a)]
+        work.stats[id(pair.a)] = (mean / s, std / s)
+    return moved
+
+
+def _absorb(pair: Pair, work: _Weights) -> None:
+    lo, hi = pair.bounds
+    if len(pair.between) != 1 or lo != 0 or reads_padding(pair.b):
+        return
+    if pair.data_lo is not None and pair.data_hi is not None:
+        c = absorbable_shift(pair.data_lo / pair.total, pair.data_hi / pair.total, hi)
+    elif id(pair.a) in work.stats:
+        mean, std = work.stats[id(pair.a)]
+        c = normal_shift(mean, std, hi)
+    else:
+        return
+    if not np.any(c > 0):
+        return
+    wa, ba = work.get(pair.a)
+    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, np.ones(pair.channels), -c))
+    wb, bb = work.get(pair.b)
+    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, np.ones(pair.channels), c))
+    if id(pair.a) in work.stats:
+        mean, std = work.stats[id(pair.a)]
+        work.stats[id(pair.a)] = (mean - c, std)
+    pair.absorbed = int(np.count_nonzero(c > 0))
+
+
+def _entry(pair: Pair) -> dict[str, Any]:
+    return {"pair": pair.name, "scale": [round(float(pair.total.min()), 4), round(float(pair.total.max()), 4)],
+            "dead_channels": pair.dead, "absorbed_channels": pair.absorbed,
+            "clamp_limited_channels": pair.limited}

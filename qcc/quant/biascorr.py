@@ -1,0 +1,58 @@
+"""Bias correction: the numbers (numpy only).
+
+Quantization errors are not zero-mean: weight rounding times a nonzero mean input, truncation
+toward zero (nnabla-c-runtime stores every value it computes that way, and its convolution
+truncates once per input channel) and the bias's own rounding all shift each output channel by
+a constant. That constant moves into the bias (Nagel et al. 2019, section 4.2): empirically as
+the mean of (quantized layer - float layer) over calibration data, per output channel, or
+analytically as (W_q - W) E[x] with E[x] from the BatchNorm statistics before the layer.
+
+The corrected bias must still fit the target's bias storage: int32 on the accumulator scale
+for affine, the output's width and position for nnb fixed point (nnabla-c-runtime adds the
+bias with saturation in the output's type). `storable` clips to what that storage holds.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+
+@attrs.define
+class ChannelMean:
+    """Running mean per channel (axis 1) of arrays shaped (N, C, ...), optionally over a mask.
+
+    The mask keeps the positions where a shift of the bias shifts what the model computes:
+    before a ReLU, where the float output is positive (the rest is clamped to 0 anyway, and a
+    runtime that stores the output at the ReLU's range clips it there)."""
+
+    sums: np.ndarray | None = None
+    counts: np.ndarray | None = None
+
+    def add(self, diff: np.ndarray, mask: np.ndarray | None = None) -> None:
+        axes = tuple(a for a in range(diff.ndim) if a != 1)
+        if mask is None:
+            part = diff.sum(axis=axes, dtype=np.float64)
+            seen = np.full(diff.shape[1], diff.size // max(diff.shape[1], 1), dtype=np.float64)
+        else:  # no float64 copies of the mask and the masked product: one select, one reduction
+            part = np.where(mask, diff, 0.0).sum(axis=axes, dtype=np.float64)
+            seen = np.count_nonzero(mask, axis=axes).astype(np.float64)
+        self.sums = part if self.sums is None else self.sums + part
+        self.counts = seen if self.counts is None else self.counts + seen
+
+    @property
+    def count(self) -> int:
+        return 0 if self.counts is None else int(self.counts.sum())
+
+    def mean(self) -> np.ndarray:
+        assert self.sums is not None and self.counts is not None
+        return np.where(self.counts > 0, self.sums / np.maximum(self.counts, 1), 0.0)
+
+
+def storable(bias: np.ndarray, step: np.ndarray, qmin: int, qmax: int,
+             zero_point: np.ndarray | int = 0) -> tuple[np.ndarray, int]:
+    """(bias clipped to [(qmin - zp) * step, (qmax - zp) * step], how many entries were clipped)."""
+    step = np.asarray(step, np.float64)
+    zp = np.asarray(zero_point, np.float64)
+    clipped = np.clip(bias, (qmin - zp) * step, (qmax - zp) * step)
+    return clipped, int(np.count_nonzero(clipped != bias))

@@ -1,0 +1,180 @@
+"""bias-correct (issue 18, item 2): the systematic part of the quantization error moved into biases.
+
+Oracles: the float model (qcc's interpreter), nnabla-c-runtime's arithmetic as qcc.sim.fixed
+computes it (bit-exact with the C backend and the .nnb emulation: test_backend_c.py and
+test_backend_nnb.py compile the default fixed8 pipeline, which now corrects biases), a Monte
+Carlo estimate for the analytical correction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from qcc.passes.bias_correct import expected_input
+
+from qcc.driver import load
+from qcc.ir.core import Model
+from qcc.ir.types import Affine, FixedPoint
+from qcc.pm import PassContext, PassManager
+from qcc.quant.biascorr import storable
+from qcc.quant.equalize import clipped_normal_mean
+from qcc.sim import run_model
+from qcc.sim.compare import quantized_runner, sqnr_db
+from qcc.testing import make_model
+from tests.cli_util import DIGITS
+from tests.ptq_models import NetFiles
+
+FIXED8_NNB = "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto,rules=nnabla-c-runtime}"
+CALIB = dict(np.load(DIGITS / "calib.npz"))
+TEST = np.load(DIGITS / "test.npz")
+
+
+def quantize(path: str, spec: str, calib: dict[str, np.ndarray]) -> tuple[Model, PassContext]:
+    model = load(path)
+    ctx = PassContext(calib_data=calib)
+    PassManager(spec).run(model, ctx)
+    return model, ctx
+
+
+def scores(model: Model, reference: Model, x: np.ndarray, labels: np.ndarray) -> tuple[float, float | None]:
+    (name,) = [v.name for v in model.graph.outputs]
+    got = run_model(model, {"x": x}, quantized=True)[name]
+    ref = run_model(reference, {"x": x})[name]
+    noise = float(np.sum((got.astype(np.float64) - ref) ** 2))
+    return float(np.mean(got.argmax(1) == labels)), sqnr_db(float(np.sum(ref.astype(np.float64) ** 2)), noise)
+
+
+@pytest.mark.parametrize("net", ["digits", "mobilenet_digits"])
+def test_fixed8_on_nnb_gains_sqnr_and_keeps_accuracy(net: str, request: pytest.FixtureRequest) -> None:
+    if net == "digits":
+        path, calib, x, labels = str(DIGITS / "digits_cnn.onnx"), CALIB, TEST["x"], TEST["labels"]
+    else:
+        files: NetFiles = request.getfixturevalue("mobilenet_digits_files")
+        path, calib, x, labels = str(files.model), dict(np.load(files.calib)), files.x, files.labels
+    reference = load(path)
+    plain, _ = quantize(path, FIXED8_NNB, calib)
+    corrected, ctx = quantize(path, FIXED8_NNB + ",bias-correct", calib)
+    acc0, sqnr0 = scores(plain, reference, x, labels)
+    acc1, sqnr1 = scores(corrected, reference, x, labels)
+    assert sqnr0 is not None and sqnr1 is not None
+    assert sqnr1 >= sqnr0 + 3.0, (sqnr0, sqnr1)  # half of FIXED8's error or more was systematic
+    assert acc1 >= acc0
+    for layer in ctx.report["bias_correct"]:  # nnabla-c-runtime's rule: bias at the output's type
+        node = next(n for n in corrected.graph.nodes if n.name == layer["layer"])
+        assert node.inputs[2] is not None and node.inputs[2].quant == node.outputs[0].quant
+
+
+def _mean_errors(model: Model, reference: Model, x: np.ndarray) -> dict[str, tuple[np.ndarray, float, int]]:
+    """Per corrected layer: mean (quantized - float model) per output channel where a bias can move
+    the output (the ReLU after it passes the value, the output's type does not saturate it), and
+    the output's step, and the fewest values a channel's mean is taken over."""
+    floats = run_model(reference, {"x": x}, keep_all=True)
+    got: dict[str, np.ndarray] = {}
+    layers = [n for n in model.graph.nodes if n.op in ("Conv", "Dense")]
+    wanted = {id(n.outputs[0]): n.outputs[0].name for n in layers}
+
+    def observe(value: Any, array: np.ndarray) -> None:
+        if id(value) in wanted:
+            got[value.name] = array
+
+    quantized_runner(model, observe).run({"x": x})
+    out = {}
+    for node in layers:
+        name = node.outputs[0].name
+        y, f = got[name].astype(np.float64), floats[name].astype(np.float64)
+        readers = node.outputs[0].consumers()
+        relu = bool(readers) and all(n.op == "Relu" for n in readers)
+        quant = node.outputs[0].quant
+        if isinstance(quant, FixedPoint):
+            step, lo, hi = 2.0 ** -quant.frac, -(2.0 ** (quant.bits - 1 - quant.frac)), \
+                (2 ** (quant.bits - 1) - 1) * 2.0 ** -quant.frac
+        else:
+            assert isinstance(quant, Affine)
+            step, zp = float(quant.scale[0]), int(quant.zero_point[0])
+            lo, hi = (-128 - zp) * step, (127 - zp) * step
+        mask = (f > max(lo, 0.0 if relu else lo)) & (f < hi)
+        axes = tuple(a for a in range(y.ndim) if a != 1)
+        counts = mask.sum(axis=axes)
+        mean = ((y - f) * mask).sum(axis=axes) / np.maximum(counts, 1)
+        out[name] = (mean, step, int(counts.min()))
+    return out
+
+
+@pytest.mark.parametrize("spec, tolerance", [
+    (FIXED8_NNB, 0.5),  # the bias is stored on the output's grid: half a step is what it can resolve
+    # int32 at s_x*s_w: any shift is stored, what is left is the output's rounding and the clipping of
+    # noise at the ReLU's zero, which move with the shift
+    ("fold-bn{standalone=conv},calibrate,quantize-affine{method=auto}", 0.25),
+])
+def test_every_layer_is_left_without_mean_error_on_its_data(spec: str, tolerance: float) -> None:
+    path = str(DIGITS / "digits_cnn.onnx")
+    model, _ = quantize(path, spec + ",bias-correct", CALIB)
+    reference, _ = quantize(path, spec.split(",calibrate")[0], CALIB)  # the same float model and names
+    before, _ = quantize(path, spec, CALIB)
+    x = CALIB["x"][:16]  # the samples bias-correct measured on
+    fixed, plain = _mean_errors(model, reference, x), _mean_errors(before, reference, x)
+    for name, (mean, step, count) in fixed.items():
+        # plus the mean of `count` rounding errors of one step (sd step/sqrt(12 count)), 4 sd
+        allowed = (tolerance + 4.0 / np.sqrt(12.0 * max(count, 1))) * step
+        assert np.abs(mean).max() <= allowed + 1e-6, (name, np.abs(mean).max() / step)
+    assert sum(np.abs(m).sum() for m, _, _ in plain.values()) > 4 * sum(np.abs(m).sum() for m, _, _ in fixed.values())
+
+
+def test_analytical_correction_uses_the_batchnorm_statistics() -> None:
+    """Conv -> BatchNorm -> ReLU -> Conv: E[x] of the second Conv is the clipped normal the
+    BatchNorm promises, and the shift is (W_q - W) E[x] (no data needed)."""
+    rng = np.random.default_rng(0)
+    gamma, beta = np.array([1.0, 0.5, 2.0], np.float32), np.array([0.3, -1.0, 1.5], np.float32)
+
+    def build(g: Any, x: Any) -> Any:
+        h = g.add("Conv", x, g.add_constant("w1", rng.standard_normal((3, 2, 1, 1)).astype(np.float32)), name="c1")
+        h = g.add("BatchNorm", h, g.add_constant("g", gamma), g.add_constant("b", beta),
+                  g.add_constant("m", np.zeros(3, np.float32)), g.add_constant("v", np.ones(3, np.float32)),
+                  name="bn", epsilon=0.0)
+        h = g.add("Relu", h, name="relu")
+        w2 = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+        return g.add("Conv", h, g.add_constant("w2", w2), g.add_constant("b2", np.zeros(4, np.float32)), name="c2")
+
+    model = make_model({"x": ("N", 2, 3, 3)}, build)
+    ctx = PassContext(calib_data={"x": rng.standard_normal((8, 2, 3, 3)).astype(np.float32)})
+    PassManager("fold-bn,calibrate,quantize-affine{per_channel=false}").run(model, ctx)
+    values = model.graph.value_map()
+    mean = expected_input(values["relu"])
+    assert mean is not None
+    z = rng.standard_normal((1_000_000, 3)) * gamma + beta
+    empirical = np.maximum(z, 0).mean(axis=0)
+    spread = np.maximum(z, 0).std(axis=0) / np.sqrt(len(z))
+    assert np.all(np.abs(mean - empirical) <= 5 * spread)
+    b2 = values["b2"].const.copy()  # type: ignore[union-attr]
+    w2 = values["w2"]
+    PassManager("bias-correct{mode=analytical}").run(model, ctx)
+    from qcc.ir.fakequant import apply_annotation
+
+    error = (apply_annotation(w2.const, w2.quant) - w2.const).astype(np.float64)  # type: ignore[arg-type]
+    want = b2 - (error[:, :, 0, 0] @ clipped_normal_mean(beta, gamma, 0.0, None))
+    np.testing.assert_allclose(values["b2"].const, want, rtol=1e-5, atol=1e-6)  # type: ignore[arg-type]
+    assert isinstance(values["b2"].quant, Affine) and values["b2"].quant.dtype == "int32"
+    assert ctx.report["bias_correct"][0]["mode"] == "analytical"
+
+
+def test_a_correction_beyond_the_storage_is_clipped_to_it() -> None:
+    bias = np.array([0.5, 3.0, -3.0])
+    clipped, n = storable(bias, 2.0 ** -6, -128, 127)  # FIXED8 at position 6: [-2, 1.984375]
+    assert n == 2 and clipped.tolist() == [0.5, 127 / 64, -2.0]
+    clipped, n = storable(bias, np.array([1e-10, 1.0, 1.0]), -(2**31), 2**31 - 1)  # int32 at s_x*s_w
+    assert n == 1 and clipped[0] == pytest.approx((2**31 - 1) * 1e-10)
+
+
+def test_rerunning_is_idempotent_and_the_flag_turns_it_off(tmp_path: Any) -> None:
+    path = str(DIGITS / "digits_cnn.onnx")
+    once, _ = quantize(path, FIXED8_NNB + ",bias-correct", CALIB)
+    twice, _ = quantize(path, FIXED8_NNB + ",bias-correct,bias-correct", CALIB)
+    for a, b in zip(once.graph.constants, twice.graph.constants):
+        assert np.array_equal(a.const, b.const), a.name  # type: ignore[arg-type]
+    from qcc.driver import compile as qcc_compile
+
+    _, report = qcc_compile(path, tmp_path / "d.nnb", quantize="fixed8", calib=str(DIGITS / "calib.npz"),
+                            bias_correct=False)
+    assert "bias-correct" not in report["pipeline"] and "bias_correct" not in report

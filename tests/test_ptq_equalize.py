@@ -1,0 +1,199 @@
+"""equalize (issue 18, item 1): an exact rewrite that makes per-tensor and fixed-point weights hold.
+
+The MobileNetV2-style digits network (tests/ptq_models.py) is the case the issue names: BatchNorm
+folding leaves its depthwise filters' ranges more than 100x apart. Oracles: the float model in
+qcc's interpreter and in onnxruntime (the written files), the labelled test set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qcc.driver import compile as qcc_compile
+from qcc.driver import load
+from qcc.ir.core import Model
+from qcc.pm import PassContext, PassManager
+from qcc.sim import run_model
+from qcc.testing import make_model
+from tests import ort_quant
+from tests.ptq_models import NetFiles
+
+
+def spreads(model: Model, op_filter: str = "dw") -> list[float]:
+    """Per depthwise Conv: largest over smallest nonzero per-output-channel weight range."""
+    out = []
+    for node in model.graph.nodes:
+        if node.op == "Conv" and op_filter in node.name:
+            w = node.input(1).const
+            assert w is not None
+            r = np.abs(w.reshape(w.shape[0], -1)).max(axis=1)
+            out.append(float(r.max() / r[r > 0].min()))
+    return out
+
+
+def folded(files: NetFiles, spec: str = "fold-bn") -> tuple[Model, PassContext]:
+    model = load(str(files.model))
+    ctx = PassContext(calib_data=dict(np.load(files.calib)))
+    PassManager(spec).run(model, ctx)
+    return model, ctx
+
+
+def test_equalize_is_exact_and_balances_the_folded_depthwise_filters(mobilenet_digits_files: NetFiles) -> None:
+    files = mobilenet_digits_files
+    before, _ = folded(files)
+    assert min(spreads(before)) >= 100  # the issue's precondition: ranges orders of magnitude apart
+    after, ctx = folded(files, "fold-bn,equalize")
+    assert max(spreads(after)) <= 10
+    reference = run_model(load(str(files.model)), {"x": files.x})
+    got = run_model(after, {"x": files.x})
+    (name,) = reference
+    # the same function: float32 rounding of differently scaled products (margin-2 clamp limits
+    # keep ReLU6 exact on data beyond the calibration set)
+    assert np.abs(got[name] - reference[name]).max() <= 1e-5 * np.abs(reference[name]).max()
+    entries = [e for e in ctx.report["equalize"] if isinstance(e, dict)]
+    assert len(entries) == 7  # expand->dw and dw->project in 3 blocks, head->fc
+    assert sum(e["dead_channels"] for e in entries) == 2 * 3 * 2  # 2 dead channels per block, both sides
+
+
+@pytest.fixture(scope="module")
+def compiled(mobilenet_digits_files: NetFiles, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    files, tmp = mobilenet_digits_files, tmp_path_factory.mktemp("equalize")
+    out: dict[str, Any] = {}
+    for key, target, options in [
+        ("int8", "onnx-qdq", {"quantize": "int8", "per_tensor": True}),
+        ("int8-no-equalize", "onnx-qdq", {"quantize": "int8", "per_tensor": True, "equalize": False,
+                                          "bias_correct": False}),
+        ("fixed8", "nnb", {"quantize": "fixed8"}),
+        ("fixed8-no-equalize", "nnb", {"quantize": "fixed8", "equalize": False, "bias_correct": False}),
+    ]:
+        path = tmp / f"{key}.{'nnb' if target == 'nnb' else 'onnx'}"
+        out[key] = (path, *qcc_compile(str(files.model), path, target=target, calib=str(files.calib),
+                                       eval=str(files.test), **options))
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["int8", "fixed8"])
+def test_default_per_tensor_and_fixed8_within_one_point_of_float(compiled: dict[str, Any], scheme: str) -> None:
+    _, _, report = compiled[scheme]
+    ev = report["eval"]
+    assert ev["quantized_accuracy"] >= ev["float_accuracy"] - 0.01
+    assert "equalize" in report["pipeline"]
+    _, _, plain = compiled[f"{scheme}-no-equalize"]
+    assert plain["eval"]["quantized_accuracy"] < ev["float_accuracy"] - 0.02  # the failure it fixes
+
+
+def test_per_tensor_qdq_file_holds_in_onnxruntime(compiled: dict[str, Any], mobilenet_digits_files: NetFiles) -> None:
+    files = mobilenet_digits_files
+    float_top1 = ort_quant.top1(ort_quant.run(files.model, {"x": files.x}), files.labels)
+    path, _, _ = compiled["int8"]
+    assert ort_quant.top1(ort_quant.run(path, {"x": files.x}), files.labels) >= float_top1 - 0.01
+
+
+def _clamped_pair(hi: float) -> Model:
+    """x -> Conv(1x1, 3 channels) -> Clip(0, hi) -> Conv(1x1) with very unequal channel ranges."""
+    w1 = np.array([[[[4.0]]], [[[0.05]]], [[[1.0]]]], np.float32)
+    w2 = np.array([[[[0.5]], [[20.0]], [[1.0]]]], np.float32)
+
+    def build(g: Any, x: Any) -> Any:
+        h = g.add("Conv", x, g.add_constant("w1", w1), g.add_constant("b1", np.zeros(3, np.float32)), name="a")
+        h = g.add("Clip", h, name="clip", min=0.0, max=hi)
+        return g.add("Conv", h, g.add_constant("w2", w2), g.add_constant("b2", np.zeros(1, np.float32)), name="b")
+
+    return make_model({"x": ("N", 1, 4, 4)}, build)
+
+
+def test_a_clamp_limits_the_scales_to_what_stays_exact() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 2, (16, 1, 4, 4)).astype(np.float32)  # channel 0 reaches 8 > 6: the clamp acts
+    model = _clamped_pair(6.0)
+    reference = run_model(model, {"x": x})["b"]
+    ctx = PassContext(calib_data={"x": x})
+    PassManager("equalize").run(model, ctx)
+    w1 = model.graph.value_map()["w1"].const
+    assert w1 is not None and w1[0, 0, 0, 0] == 4.0  # the saturating channel keeps scale 1
+    assert abs(float(w1[1, 0, 0, 0]) - 0.05) > 1e-3  # a channel far below the clamp moved
+    assert np.allclose(run_model(model, {"x": x})["b"], reference, rtol=1e-6, atol=1e-6)
+    # beyond the calibration data (inputs up to 1.5x larger), still the same function
+    wider = rng.uniform(0, 3, (16, 1, 4, 4)).astype(np.float32)
+    assert np.allclose(run_model(model, {"x": wider})["b"], run_model(_clamped_pair(6.0), {"x": wider})["b"],
+                       rtol=1e-6, atol=1e-6)
+
+
+def test_without_data_a_bounded_clamp_is_left_alone_and_said_so() -> None:
+    model = _clamped_pair(6.0)
+    ctx = PassContext()
+    PassManager("equalize").run(model, ctx)
+    assert any("no calibration data" in str(e) for e in ctx.report["equalize"])
+    w1 = model.graph.value_map()["w1"].const
+    assert w1 is not None and np.array_equal(w1.reshape(-1), np.array([4.0, 0.05, 1.0], np.float32))
+
+
+def test_no_equalize_flag_and_report(tmp_path: Path, mobilenet_digits_files: NetFiles) -> None:
+    from tests.cli_util import qcc
+
+    files = mobilenet_digits_files
+    report = tmp_path / "r.json"
+    proc = qcc("compile", str(files.model), "-o", str(tmp_path / "m.nnb"), "--quantize", "fixed16", "--calib",
+               str(files.calib), "--no-equalize", "--no-bias-correct", "--report", str(report))
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads(report.read_text())["pipeline"] == ["fold-bn", "calibrate", "assign-fixed-point", "legalize-nnb",
+                                                          "plan-memory"]
+
+
+def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None:
+    """equalize asks the registry (the `clamp` trait and its `bounds`), never an op name: an op a
+    plugin registers as a clamp is limited like Clip(0, 6); `clamp` without bounds is refused."""
+    import qcc.ir.registry as registry
+    from qcc.ir.registry import AttrSpec, OpDef, register
+    from qcc.ir.surgery import replace_node
+
+    class HardClamp(OpDef):
+        """clip(x, 0, top)"""
+
+        name = "TestHardClamp"
+        attrs = {"top": AttrSpec("float", 6.0)}
+        traits = frozenset({"elementwise", "clamp"})
+
+        @staticmethod
+        def bounds(attrs: dict[str, Any]) -> tuple[float | None, float | None]:
+            return 0.0, float(attrs["top"])
+
+        @staticmethod
+        def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+            return [np.clip(xs[0], 0, node.attrs["top"]).astype(xs[0].dtype)]
+
+    class Unbounded(OpDef):
+        name = "TestUnboundedClamp"
+        traits = frozenset({"clamp"})
+
+    with pytest.raises(ValueError, match="clamp"):
+        register(Unbounded)
+    register(HardClamp)
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.uniform(0, 2, (16, 1, 4, 4)).astype(np.float32)
+        results = {}
+        for op, extra in (("Clip", {"min": 0.0, "max": 6.0}), ("TestHardClamp", {"top": 6.0})):
+            model = _clamped_pair(6.0)
+            clip = next(n for n in model.graph.nodes if n.op == "Clip")
+            replace_node(model.graph, clip, op, [clip.input(0)], extra)
+            reference = run_model(model, {"x": x})["b"]
+            ctx = PassContext(calib_data={"x": x})
+            PassManager("equalize").run(model, ctx)
+            assert np.allclose(run_model(model, {"x": x})["b"], reference, rtol=1e-6, atol=1e-6)
+            results[op] = (model.graph.value_map()["w1"].const, ctx.report["equalize"])
+        assert np.array_equal(results["Clip"][0], results["TestHardClamp"][0])  # type: ignore[arg-type]
+        clip_entry, plugin_entry = results["Clip"][1][0], results["TestHardClamp"][1][0]
+        assert plugin_entry["pair"] == "a -> TestHardClamp -> b"
+        assert plugin_entry["clamp_limited_channels"] == 1  # channel 0 reaches the bound: it keeps scale 1
+        assert {**plugin_entry, "pair": ""} == {**clip_entry, "pair": ""}
+    finally:
+        registry._REGISTRY.pop(HardClamp.name, None)
+        registry._REGISTRY.pop(Unbounded.name, None)
+        registry._DERIVED.clear()

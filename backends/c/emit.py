@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 from qcc.backends.c.ctype import comment_text, string_literal
 from qcc.backends.c.kernels import movement as KM
@@ -17,7 +19,7 @@ from qcc.backends.c.lower import (
     numel,
     static_shape,
 )
-from qcc.backends.c.memory import Layout, layout
+from qcc.backends.c.memory import Layout, direct_writes, layout
 from qcc.backends.c.modes import numeric_mode
 
 from qcc import __version__
@@ -56,7 +58,8 @@ def generate(model: Model, name: str) -> Generated:
         return lw.ctype(value).size * numel(value)
 
     lay = layout(model, lw.steps, nbytes, align)
-    body = _run_body(model, lw, lay)
+    body = _run_body(model, lw, lay, nbytes)
+    lw.kernels.prune("\n".join(body))
     arena_ctype = f"int{8 * align}_t" if lw.mode.integer else "float"
     files = {
         f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align),
@@ -70,11 +73,16 @@ def generate(model: Model, name: str) -> Generated:
     return Generated(files, ident, lw.mode.name, lay, lay.plan.total, islands)
 
 
-def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
+def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value], int]) -> list[str]:
+    redirect = direct_writes(model.graph, lw.steps, lay, nbytes)
+
     def resolve(arg: Arg, node: Node | None) -> str:
         if isinstance(arg, str):
             return arg
         value = arg.value
+        target = redirect.get(id(value))
+        if target is not None:
+            return f"(({lw.ctype(value).name} *)(void *)(a + {lay.offset(target.value)} + {target.byte}))"
         offset = lay.offset(value)
         if offset is None:  # a view of a constant
             assert node is not None
@@ -111,6 +119,10 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
     lines = transfer(model.graph.inputs, inbound=True)
     for step in lw.steps:
         node = step.node
+        if step.alias and node.outputs and getattr(redirect.get(id(node.input(0))), "value", None) is node.outputs[0]:
+            lines.append(f"    /* {comment_text(node.name)} ({node.op}): computed by the kernel of "
+                         f"{comment_text(node.input(0).name)} into its own buffer */")
+            continue
         if step.alias and id(node.outputs[0]) in lay.copies:
             out, src = node.outputs[0], node.input(0)
             lines.append(f"    /* {comment_text(node.name)} ({node.op}): a copy, the memory plan gave it its own buffer */")
@@ -118,10 +130,16 @@ def _run_body(model: Model, lw: Lowering, lay: Layout) -> list[str]:
                          f"{numel(out)} * sizeof({lw.ctype(out).name}));")
             continue
         if step.alias:
-            lines.append(f"    /* {comment_text(node.name)} ({node.op}): view of {comment_text(node.input(0).name)} */")
+            what = "computed by the kernel of" if step.fused else "view of"
+            lines.append(f"    /* {comment_text(node.name)} ({node.op}): {what} {comment_text(node.input(0).name)} */")
             continue
         lines.append(f"    /* {comment_text(node.name)} ({node.op}) -> {node.outputs[0].quant or 'float32'} */")
-        lines += [call(c, node) for c in step.calls]
+        for c in step.calls:
+            written = c.args[0].value if node.op == "Concat" and isinstance(c.args[0], Ptr) else None
+            if written is not None and id(written) in redirect:
+                lines.append(f"    /* {comment_text(written.name)}: written in place by its producer */")
+            else:
+                lines.append(call(c, node))
     lines += transfer(model.graph.outputs, inbound=False)
     return lines
 
@@ -206,7 +224,8 @@ def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
     if lw.mode.integer:
         head += ["#include <float.h>", "", "#if FLT_EVAL_METHOD != 0",
                  '#error "bit-exact integer code needs float arithmetic in float (FLT_EVAL_METHOD == 0)"',
-                 "#endif"]
+                 "#endif", "#ifdef __FAST_MATH__",
+                 '#error "bit-exact integer code needs float arithmetic as written (no -ffast-math)"', "#endif"]
     head += ["", f'#include "{ident}.h"', "", f"#define QCC_MAX_RANK {MAX_RANK}", ""]
     run = [
         f"int {ident}_run_with_arena(const float *in, float *out, void *arena)",
@@ -227,7 +246,26 @@ def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
         "}",
         "",
     ]
-    return "\n".join(head) + lw.kernels.source() + "\n" + "\n".join(lw.defs) + "\n" + "\n".join(run)
+    kernels = lw.kernels.source()
+    if lw.mode.integer:
+        kernels = NARROW_VECTORS.format(kernels=kernels)
+    return "\n".join(head) + kernels + "\n" + "\n".join(lw.defs) + "\n" + "\n".join(run)
+
+
+NARROW_VECTORS = """
+/* Integer kernels: GCC on x86-64 compiles them for 256-bit vectors even where 512-bit ones are
+   allowed (-march with AVX-512): their dot products and requantizations are short, and the wider
+   vectors' horizontal sums and remainders cost more than they save (measured: bench/bench_c.py,
+   docs/benchmarks.md). A tuning hint only; other compilers ignore it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("prefer-vector-width=256")
+#endif
+{kernels}
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC pop_options
+#endif
+"""
 
 
 MAIN = r"""/* main.c: generated by qcc (target c). Example program:
@@ -318,13 +356,20 @@ int main(int argc, char **argv)
 """
 
 MAKEFILE = """# Generated by qcc (target c): `make` builds ./model (see main.c).
-# -ffp-contract=off keeps float arithmetic exactly as written (bit-exact fixed-point models).
+# The default flags are portable: C99, no instruction-set flags. ARCH_FLAGS adds the target's, e.g.
+#   make ARCH_FLAGS="-O3 -march=native"        (this machine)
+#   make CC=arm-none-eabi-gcc ARCH_FLAGS="-mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard"
+# The kernels' inner loops have fixed lengths so that -O3 vectorizes them for whatever the flags
+# allow; float models fuse multiply-adds when the target has a fast fmaf (FP_FAST_FMAF).
+# -ffp-contract=off keeps every other float operation exactly as written (bit-exact integer models).
 CC ?= cc
-CFLAGS ?= -std=c99 -O2 -Wall -Wextra -pedantic -ffp-contract=off
+OPT ?= -O3
+ARCH_FLAGS ?=
+CFLAGS ?= -std=c99 $(OPT) -Wall -Wextra -pedantic -ffp-contract=off $(ARCH_FLAGS)
 LDLIBS = -lm
 
 model: main.o NAME.o
-\t$(CC) $(LDFLAGS) -o $@ main.o NAME.o $(LDLIBS)
+\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ main.o NAME.o $(LDLIBS)
 
 main.o: main.c NAME.h
 NAME.o: NAME.c NAME.h

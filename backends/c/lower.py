@@ -46,6 +46,8 @@ class Step:
     alias: bool = False
     inplace: tuple[int, ...] = ()
     """Inputs whose storage the output may take over when they die here (kernel reads before writes)."""
+    fused: bool = False
+    """An alias whose values the producer's kernel already computed (its epilogue)."""
 
 
 @attrs.frozen
@@ -182,6 +184,7 @@ class Lowering:
         self.consts: dict[int, ConstArray] = {}
         self.defs: list[str] = []
         self._names: set[str] = set()
+        self.fused: set[int] = set()
         self.steps = [self._lower(node) for node in model.graph.nodes]
 
     # ------------------------------------------------------------ helpers
@@ -224,6 +227,19 @@ class Lowering:
         self.defs.append(f"static const {ctype} {name} = {{{text}}};\n")
         return f"&{name}"
 
+    def consumer(self, value: Value) -> Node | None:
+        """The one node reading `value`, as its first input, when nothing else does (not even the
+        graph's outputs): a producer may then compute it in its epilogue (`fuse`)."""
+        uses = value.uses()
+        if len(uses) != 1 or uses[0][1] != 0 or any(v is value for v in self.model.graph.outputs):
+            return None
+        node = uses[0][0]
+        return node if len(node.outputs) == 1 else None
+
+    def fuse(self, node: Node) -> None:
+        """`node` is computed by its producer's kernel: its step becomes an alias of its input."""
+        self.fused.add(id(node))
+
     def unsupported(self, node: Node, why: str = "") -> UnsupportedError:
         extra = f": {why}" if why else ""
         return UnsupportedError(f"target c: op {node.op} (node {node.name!r}) is not supported in {self.mode.name} "
@@ -234,6 +250,8 @@ class Lowering:
 
     # ------------------------------------------------------------ dispatch
     def _lower(self, node: Node) -> Step:
+        if id(node) in self.fused:
+            return Step(node, alias=True, fused=True)
         fn = self.mode.lowering(node.op)
         if fn is None:
             raise self.unsupported(node, self.mode.refusal(node.op))

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from qcc.backends.c.lower import Step
+from qcc.backends.c.lower import Step, static_shape
 
-from qcc.ir.core import Graph, Model, Value
+from qcc.ir.core import Graph, Model, Node, Value
 from qcc.plan import ArenaPlan, Buffer, lb_offsets, naive_size, plan_arena, verify_arena
 
 Sizer = Callable[[Value], int]
@@ -39,6 +39,75 @@ class Layout:
         """Byte offset in the arena, None for constants (and views of them)."""
         root = self.roots[id(value)]
         return None if root.const is not None else self.plan.offsets[root.name]
+
+
+@attrs.frozen
+class Target:
+    """Where a producer writes instead of its own output buffer: `byte` bytes into `value`'s storage."""
+
+    value: Value
+    byte: int = 0
+
+
+def direct_writes(graph: Graph, steps: Sequence[Step], lay: Layout, nbytes: Sizer) -> dict[int, Target]:
+    """id(a kernel's output) -> where the kernel writes it instead, saving the copy after it:
+    - a fused consumer's output the plan gave a buffer of its own (`Layout.copies`): the producer's
+      kernel already computes the consumer's values;
+    - its slice of a float Concat's output (slices contiguous: nothing before the axis but 1s),
+      when the Concat is its only reader.
+    Only where nothing the producer reads, and nothing live until the consumer runs, overlaps the
+    bytes written (the plan placed them for the consumer's lifetime, not the producer's)."""
+    index = {id(node): i for i, node in enumerate(graph.nodes)}
+    spans = {b.name: (lay.plan.offsets[b.name], b.size, b.first, b.last) for b in lay.buffers}
+    redirect: dict[int, Target] = {}
+
+    def place(made: Value, target: Target, step: int) -> None:
+        chain = [made]  # back through fused aliases (a Relu computed by a convolution) to the kernel's output
+        while True:
+            producer = chain[-1].producer()
+            if producer is None or id(producer) not in index or lay.offset(chain[-1]) is None:
+                return
+            if not steps[index[id(producer)]].alias:
+                break
+            if not steps[index[id(producer)]].fused or id(chain[-1]) in lay.copies:
+                return  # a view, or a copy: that step writes the value, not a kernel
+            chain.append(producer.input(0))
+        made = chain[-1]
+        if lay.offset(target.value) is None:
+            return
+        begin = int(lay.offset(target.value) or 0) + target.byte
+        stop = begin + nbytes(chain[0])
+        skip = {lay.roots[id(target.value)].name} | ({made.name} if lay.roots[id(made)] is made else set())
+        clash = any(name not in skip and first < step and last >= index[id(producer)]
+                    and offset < stop and begin < offset + length
+                    for name, (offset, length, first, last) in spans.items())
+        if not clash:
+            redirect.update({id(v): target for v in chain})
+
+    for step, lowered in enumerate(steps):
+        node = lowered.node
+        if lowered.fused and node.outputs and id(node.outputs[0]) in lay.copies:
+            place(node.input(0), Target(node.outputs[0]), step)
+        elif node.op == "Concat" and not lowered.alias and _contiguous_float_concat(node, graph):
+            byte = 0
+            for value in node.inputs:
+                assert value is not None
+                if len(value.uses()) == 1:
+                    place(value, Target(node.outputs[0], byte), step)
+                byte += nbytes(value)
+    return redirect
+
+
+def _contiguous_float_concat(node: Node, graph: Graph) -> bool:
+    """Float inputs and output (the Concat is then a plain copy), each input one contiguous slice."""
+    y = node.outputs[0]
+    shape = static_shape(y)
+    axis = node.attrs["axis"] % len(shape)
+    if any(d != 1 for d in shape[:axis]) or y.quant is not None or y.type.dtype != "float32":
+        return False
+    outputs = {id(v) for v in graph.outputs}
+    return all(v is not None and v.quant is None and v.const is None and v.type.dtype == "float32"
+               and id(v) not in outputs for v in node.inputs)
 
 
 def layout(model: Model, steps: Sequence[Step], nbytes: Sizer, alignment: int) -> Layout:

@@ -1,173 +1,796 @@
-"""Convolution and Dense kernels in every numeric mode.
+"""Convolution and Dense kernels in every numeric mode: packed weights, blocked loops, fused epilogues.
 
-Float: accumulate every tap. Fixed point (`qcc.sim.fixed`): int64 sums (int32 for 8x8 bits)
-truncated toward zero by C division semantics, saturated, the runtime's saturating bias add.
-Affine (`qcc.sim.affine_int`): int32 sums of (x - zx) * w started at the bias, requantized per
-output channel. Float code writes one operation per statement where a multiply meets an add
-(no FMA contraction under the default C99 rules).
+Weights are constants, so qcc re-packs them when it writes the model (`pack_conv_weights`,
+`pack_dense_weights`): per group, output channels in blocks of QCC_OB (16), each block stored
+tap by tap, `[k][16]`, zero-padded to a whole block. At run time a convolution walks tiles of
+QCC_PB output positions (flattened over the output map, so small maps waste nothing), copies the
+taps of the tile into a panel `[k][QCC_PB]` (a zero, or the real zero, where the window leaves the
+input) QCC_KC taps at a time, and a micro-kernel adds panel x weights into QCC_PB x 16
+accumulators. Its inner loop runs over the 16 output channels with a fixed length: compilers
+vectorize it (a broadcast multiply-add, FMA when the target has it, int32 multiply-add for the
+integer modes) and keep the accumulators in registers. The epilogue adds the bias and applies
+what the lowering fused into the layer (`Epilogue`: BatchNorm and activations in float,
+requantization and the lookup table in affine, the dedicated Relu in fixed point).
+
+Integer sums are exact in any order (the modes check their bounds), so the affine mode
+(`qcc.sim.affine_int`) sums the taps in whatever order the loops run. nnabla-c-runtime's fixed
+point is not associative: it sums one input channel's taps, truncates, then adds to a saturated
+running total, channel by channel (`qcc.sim.fixed.conv_kernel`); its panel therefore holds whole
+input channels in order and its micro-kernel keeps both the channel sums and the totals. Depthwise
+convolutions (one input and one output channel per group) run along output rows instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import attrs
+import numpy as np
 from qcc.backends.c.ctype import FLOAT, CType
-from qcc.backends.c.kernels.helpers import KernelSet, signature
+from qcc.backends.c.kernels.helpers import KernelSet
+
+OB = 16
+"""Output channels per packed weight block: the length of the micro-kernel's inner loop."""
+PB = 8
+"""Output positions per tile: the micro-kernel's accumulators are PB rows of OB."""
+KC = 128
+"""Taps per float panel (QCC_KC; the panel is KC x OB elements on the stack)."""
+OS = 64
+"""Output channels whose sums a tile keeps while its taps are packed (OS x PB accumulators)."""
+ROW = 32
+"""Output positions per row chunk of the depthwise kernel."""
 
 
-def conv_f32(ks: KernelSet) -> str:
-    return ks.kernel("qcc_conv_f32", lambda: conv_source("qcc_conv_f32", FLOAT, FLOAT, FLOAT),
-                     ("conv_t",))
+# ---------------------------------------------------------------- weight layout (compile time)
 
 
-def dense_f32(ks: KernelSet) -> str:
-    return ks.kernel("qcc_dense_f32", lambda: """
-/* y = x (n, k) @ w (k, m) + b */
-static void qcc_dense_f32(const float *x, const float *w, const float *b, float *y, long n, long k, long m)
-{
-    long i, j, t;
-    for (i = 0; i < n; ++i) {
-        float *yi = y + i * m;
-        for (j = 0; j < m; ++j) {
-            yi[j] = b != NULL ? b[j] : 0.0f;
-        }
-        for (t = 0; t < k; ++t) {
-            const float xv = x[i * k + t];
-            const float *wr = w + t * m;
-            for (j = 0; j < m; ++j) {
-                const float p = xv * wr[j];
-                yi[j] += p;
-            }
-        }
-    }
-}
+def pack_dense_weights(w: np.ndarray) -> np.ndarray:
+    """(K, M) weights -> blocks of OB output columns, each `[k][OB]`."""
+    k, m = w.shape
+    blocks = -(-m // OB)
+    padded = np.zeros((k, blocks * OB), dtype=w.dtype)
+    padded[:, :m] = w
+    return padded.reshape(k, blocks, OB).transpose(1, 0, 2).reshape(-1)
+
+
+def is_depthwise(w_shape: tuple[int, ...], group: int) -> bool:
+    """One input and one output channel per group: the row kernel, not the packed one."""
+    return group > 1 and w_shape[0] == group and w_shape[1] == 1
+
+
+# ---------------------------------------------------------------- epilogues
+
+
+@attrs.frozen
+class Epilogue:
+    """What a Conv/Dense kernel does with each sum `v` before storing `r`: C statements once per
+    output channel `oc` (`channel`) and per element (`element`, reading `v`, leaving `r`), the
+    parameters they read, the helpers they call and the kernel-name suffix that tells them apart."""
+
+    suffix: str
+    params: tuple[str, ...]
+    channel: str
+    element: str
+    helpers: tuple[str, ...] = ()
+    post: str = ""
+    """Statements on `r` that do not vectorize (a table lookup), run where the value is stored."""
+
+    def then(self, suffix: str, params: tuple[str, ...], channel: str, element: str,
+             helpers: tuple[str, ...] = ()) -> Epilogue:
+        return Epilogue(self.suffix + suffix, self.params + params, self.channel + channel,
+                        self.element + element, self.helpers + helpers, self.post)
+
+    @property
+    def full(self) -> str:
+        return self.element + self.post
+
+
+def float_epilogue() -> Epilogue:
+    return Epilogue("", (), "const float bo = b != NULL ? b[oc] : 0.0f;\n", "float r = v + bo;\n")
+
+
+def with_batchnorm(ep: Epilogue) -> Epilogue:
+    """BatchNorm as the unfused kernel computes it: ((r - mean) * gamma) / std + beta."""
+    return ep.then("_bn", ("const float *bn_mean", "const float *bn_gamma", "const float *bn_beta",
+                           "const float *bn_std"),
+                   "const float bm = bn_mean[oc];\nconst float bg = bn_gamma[oc];\n"
+                   "const float bb = bn_beta[oc];\nconst float bs = bn_std[oc];\n",
+                   "r = r - bm;\nr = r * bg;\nr = r / bs;\nr = r + bb;\n")
+
+
+def with_unary(ep: Epilogue, op: str, stmts: str, params: tuple[str, ...], helpers: tuple[str, ...]) -> Epilogue:
+    """A float32 one-input activation (kernels.elementwise.UNARY statements: `v` in, `r` out)."""
+    return ep.then(f"_{op.lower()}", tuple(f"float {p}" for p in params), "",
+                   f"{{\nconst float v = r;\n{stmts}\n}}\n", helpers)
+
+
+def affine_epilogue(y: CType) -> Epilogue:
+    """The bias on the accumulator scale, then the per-channel requantization (qcc.sim.affine_int)."""
+    return Epilogue("", ("int32_t zy",), "const int32_t bo = bias[oc];\nconst int32_t mo = mult[oc];\n"
+                    "const int so = shift[oc];\n",
+                    f"int32_t r = qcc_requant((int64_t)v + bo, mo, so, zy, {y.lo}, {y.hi});\n", ("requant",))
+
+
+def with_table(ep: Epilogue, x: CType, y: CType) -> Epilogue:
+    """An affine one-input op's lookup table applied to the requantized value."""
+    return attrs.evolve(ep, suffix=f"{ep.suffix}_t{y.suffix}", params=(*ep.params, f"const {y.name} *tab"),
+                        post=f"{ep.post}r = tab[r - ({x.lo})];\n")
+
+
+def fixed_epilogue(y: CType) -> Epilogue:
+    """The runtime's saturating bias add (bias already at the output's position)."""
+    return Epilogue("", (), f"const {y.name} bo = b != NULL ? b[oc] : 0;\n",
+                    f"int32_t r = v;\nif (b != NULL) {{\n    r = qcc_sat_add(r, bo, {y.bits});\n}}\n", ("sat_add",))
+
+
+def with_fixed_relu(ep: Epilogue, y: CType) -> Epilogue:
+    """The dedicated fixed-point Relu: max(r, 0), then moved to the Relu's position."""
+    return ep.then("_relu", ("int relu_shift",), "",
+                   f"r = r > 0 ? r : 0;\nr = qcc_sat(qcc_shift(r, relu_shift), {y.lo}, {y.hi});\n", ("sat", "shift"))
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+def _indent(text: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "".join(pad + line + "\n" if line else "\n" for line in text.splitlines())
+
+
+def _short(ctype: str) -> str:
+    return {"float": "f32", "int8_t": "i8", "int16_t": "i16", "uint8_t": "u8", "int32_t": "i32"}[ctype]
+
+
+ROWS = (2, 4, 8)
+"""The QCC_PB values the micro-kernels are written for (helpers picks one per instruction set):
+divisors of WB."""
+WB = 8
+"""Output channels per block of the float convolution's weights (`pack_conv_weights`)."""
+FB = 8
+"""Output channels the fixed-point kernel computes at once (QCC_FB)."""
+
+
+def _per_rows(body: Callable[[int], str]) -> str:
+    """One function body per supported QCC_PB, selected by the preprocessor."""
+    parts = [f"#{'if' if i == 0 else 'elif'} QCC_PB == {pb}\n{body(pb)}" for i, pb in enumerate(ROWS)]
+    return "".join(parts) + "#else\n#error \"QCC_PB must be one of " + ", ".join(map(str, ROWS)) + "\"\n#endif\n"
+
+
+def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
+    """acc[q][j] += a[k][q] * b[k][j] for k < kc: QCC_PB rows of QCC_OB accumulators, the inner loop
+    over the QCC_OB columns (one body per supported QCC_PB, chosen by the preprocessor). Row k of
+    `a` starts at a + k * ka (its QCC_PB values are broadcast), row k of `b` at b + k * kb.
+    Convolutions pass their weights (blocks of WB output channels) as `a` and the input (or a panel
+    of it) as `b`. Float multiply-adds are fused when the target has a fast fmaf (QCC_MADD)."""
+    name = f"qcc_tile_{_short(a)}_{_short(b)}"
+    madd = "QCC_MADD(x{q}, bk[j], a{q}[j])" if acc == "float" else "a{q}[j] + x{q} * bk[j]"
+    if acc == "float":
+        ks.helper("madd")
+
+    def body(pb: int) -> str:
+        rs = range(pb)
+        decl = " ".join(f"{acc} a{q}[QCC_OB];" for q in rs)
+        load = "\n".join(f"        a{q}[j] = acc[{q} * QCC_OB + j];" for q in rs)
+        store = "\n".join(f"        acc[{q} * QCC_OB + j] = a{q}[j];" for q in rs)
+        xs = "\n".join(f"        const {acc} x{q} = ak[{q}];" for q in rs)
+        mac = "\n".join(f"            a{q}[j] = {madd.format(q=q)};" for q in rs)
+        return f"""    {decl}
+    long k;
+    int j;
+    for (j = 0; j < QCC_OB; ++j) {{
+{load}
+    }}
+    for (k = 0; k < kc; ++k) {{
+        const {a} *restrict ak = a + k * ka;
+        const {b} *restrict bk = b + k * kb;
+{xs}
+        for (j = 0; j < QCC_OB; ++j) {{
+{mac}
+        }}
+    }}
+    for (j = 0; j < QCC_OB; ++j) {{
+{store}
+    }}
+"""
+    return ks.kernel(name, lambda: f"""
+/* acc[q][j] += a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
+static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc)
+{{
+{_per_rows(body)}}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- float convolution
+
+
+def pack_conv_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """OIHW float weights -> per group, blocks of WB output channels (zero-padded), each `[k][WB]`
+    with k running over (ky, kx, input channel): the order of the panel's rows. The micro-kernel
+    broadcasts QCC_PB consecutive values of a row."""
+    o, cg, kh, kw = w.shape
+    og = o // group
+    blocks = -(-og // WB)
+    per = np.asarray(w).reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, -1)
+    padded = np.zeros((group, blocks * WB, per.shape[2]), dtype=per.dtype)
+    padded[:, :og] = per
+    return padded.reshape(group, blocks, WB, -1).transpose(0, 1, 3, 2).reshape(-1)
+
+
+def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
+    """The panel of one tile: taps (ky, kx, input channel) k0 .. k0 + kc - 1, QCC_OB positions each.
+
+    The tile's positions are one or more row segments (the driver finds them). A tile inside one
+    output row clips the input stretch it reads once per tap and copies it for every input
+    channel (fixed-length when it is whole and the stride 1 or 2), padding the ends; a tile across
+    rows (maps narrower than the tile) gathers per position with a mask, a fixed-length loop too.
+    With a `panel` type the inputs are stored centered, `(panel)(x - zx)` (affine: padding 0 is
+    then the real zero)."""
+    centered = panel is not None
+    elem = panel or x.name
+    name = f"qcc_pack_{x.suffix}" + (f"_{_short(elem)}" if centered else "")
+
+    def val(expr: str) -> str:
+        return f"({elem})((int32_t){expr} - zx)" if centered else expr
+
+    return ks.kernel(name, lambda: f"""
+/* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
+   with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`.
+   Segment s: positions sq[s] .. sq[s + 1] - 1 of output row soy[s] from column sox[s]. */
+static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
+    int nseg, const int *restrict sq, const int *restrict soy, const int *restrict sox, long k0, long kc,
+    {elem} pad{", int32_t zx" if centered else ""})
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    int tap = (int)(k0 / cg);
+    int ic = (int)(k0 % cg);
+    long k = 0;
+    while (k < kc) {{
+        const int dy = tap / p->kw * p->dh;
+        const int dx = tap % p->kw * p->dw;
+        const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
+        long off[QCC_OB];
+        int ok[QCC_OB];
+        int s, q, j, t0 = 0, t1 = 0;
+        long base = 0;
+        if (nseg == 1) {{
+            const int len = sq[1];
+            const int iy = soy[0] * p->sh - p->ph + dy;
+            const int ix = sox[0] * p->sw - p->pw + dx;
+            t0 = ix >= 0 ? 0 : (-ix + p->sw - 1) / p->sw;
+            t1 = ix >= p->w ? 0 : (p->w - ix + p->sw - 1) / p->sw;
+            t0 = t0 < len ? t0 : len;
+            t1 = t1 < len ? t1 : len;
+            if (iy < 0 || iy >= p->h || t1 < t0) {{
+                t0 = t1 = 0;
+            }}
+            base = (long)iy * p->w + ix + (long)t0 * p->sw;
+        }} else {{
+            for (q = 0; q < QCC_OB; ++q) {{
+                ok[q] = 0;
+                off[q] = 0;
+            }}
+            for (s = 0; s < nseg; ++s) {{
+                const int iy = soy[s] * p->sh - p->ph + dy;
+                for (q = sq[s]; q < sq[s + 1]; ++q) {{
+                    const int ix = (sox[s] + q - sq[s]) * p->sw - p->pw + dx;
+                    ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+                    off[q] = ok[q] ? (long)iy * p->w + ix : 0;
+                }}
+            }}
+        }}
+        for (j = 0; j < n; ++j) {{
+            const {x.name} *restrict xc = x + (long)(ic + j) * hw;
+            {elem} *restrict pk = panel + (k + j) * QCC_OB;
+            if (nseg > 1) {{
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    const {elem} v = {val("xc[off[q]]")};
+                    pk[q] = ok[q] ? v : pad;
+                }}
+            }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 1) {{
+                const {x.name} *restrict xr = xc + base;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = {val("xr[q]")};
+                }}
+            }} else if (t0 == 0 && t1 == QCC_OB && p->sw == 2) {{
+                const {x.name} *restrict xr = xc + base;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = {val("xr[2 * q]")};
+                }}
+            }} else {{
+                for (q = 0; q < t0; ++q) {{
+                    pk[q] = pad;
+                }}
+                for (q = t0; q < t1; ++q) {{
+                    pk[q] = {val("xc[base + (long)(q - t0) * p->sw]")};
+                }}
+                for (q = t1 > t0 ? t1 : t0; q < QCC_OB; ++q) {{
+                    pk[q] = pad;
+                }}
+            }}
+        }}
+        k += n;
+        ic = 0;
+        ++tap;
+    }}
+}}
+""", ("conv_t",))
+
+
+def conv_affine_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+    """The tiled kernel for affine layers with few taps: int32 panel and weights (`pack_conv_weights`
+    of the centered weights, stored int32), int32 sums, bias and requantization in the epilogue."""
+    return _conv_tiled(ks, x, w, y, ep, f"qcc_convt_{x.suffix}_{y.suffix}{ep.suffix}")
+
+
+def conv_float(ks: KernelSet, ep: Epilogue) -> str:
+    """Tiles of QCC_OB output positions (flattened over the map) by QCC_PB output channels: the
+    micro-kernel broadcasts weights (`pack_conv_weights`) over a panel of the tile's taps, QCC_KC
+    at a time, and the epilogue runs along the positions. The panel is contiguous even for a 1x1
+    convolution: every output channel block reads it, and input rows a power of two apart (a
+    32x32 float map is 4 KB) would all fall into the same cache sets."""
+    return _conv_tiled(ks, FLOAT, FLOAT, FLOAT, ep, f"qcc_conv_f32{ep.suffix}")
+
+
+def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
+    """The tiled kernel: float, or affine integers on an int32 panel of centered inputs (padding 0,
+    the real zero) and int32 weights: 32-bit multiply-adds, which every vector unit has, with no
+    horizontal sum (layers with few taps per output, where the dot products' sums dominate)."""
+    affine = x.affine is not None
+    acc = "int32_t" if affine else "float"
+    elem = "int32_t" if affine else x.name
+    packer = pack(ks, x, elem if affine else None)
+    tile = micro(ks, w.name, elem, acc)
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
+    if affine:
+        extra = (", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, "
+                 "const int32_t *restrict shift")
+        bias, pad, zero = "", "0, zx", "0"
+    else:
+        extra, bias, pad, zero = "", ", const float *restrict b", "0.0f", "0.0f"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
+    const qcc_conv_t *restrict p{extra}{params})
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const long npix = (long)p->oh * p->ow;
+    const long kk = (long)cg * p->kh * p->kw;
+    const int blocks = (og + QCC_WB - 1) / QCC_WB;
+    {elem} panel[QCC_KC * QCC_OB];
+    {acc} part[QCC_OS * QCC_OB];
+    int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
+    int n, g, ob0, q, o, j, nseg;
+    long p0, k0;
+    /* weights of output channels ob0 + o .. (a multiple of QCC_PB inside their block of QCC_WB), tap k */
+#define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
+    for (n = 0; n < p->n; ++n) {{
+        for (g = 0; g < p->group; ++g) {{
+            const {x.name} *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            const {w.name} *restrict wg = w + (long)g * blocks * QCC_WB * kk;
+            for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                for (p0 = 0; p0 < npix; p0 += QCC_OB) {{
+                    const int pn = npix - p0 < QCC_OB ? (int)(npix - p0) : QCC_OB;
+                    for (j = 0; j < nb * QCC_OB; ++j) {{
+                        part[j] = {zero};
+                    }}
+                    /* the tile's row segments (positions past pn belong to none: padding) */
+                    nseg = 0;
+                    for (q = 0; q < pn; ++nseg) {{
+                        const long pq = p0 + q;
+                        soy[nseg] = (int)(pq / p->ow);
+                        sox[nseg] = (int)(pq % p->ow);
+                        sq[nseg] = q;
+                        q += p->ow - sox[nseg] < pn - q ? p->ow - sox[nseg] : pn - q;
+                    }}
+                    sq[nseg] = pn;
+                    for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
+                        const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
+                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+                        for (o = 0; o < nb; o += QCC_PB) {{
+                            {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
+                        }}
+                    }}
+                    for (o = 0; o < nb; ++o) {{
+                        const int oc = g * og + ob0 + o;
+                        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
+                        {acc} out[QCC_OB];
+{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
+                        for (j = 0; j < QCC_OB; ++j) {{
+                            const {acc} v = part[o * QCC_OB + j];
+{_indent(ep.element, 28)}                            out[j] = r;
+                        }}
+                        for (j = 0; j < pn; ++j) {{
+                            {acc} r = out[j];
+{_indent(ep.post, 28)}                            yo[j] = ({y.name})r;
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+#undef WROW
+}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- affine convolution: dot products
+
+
+DOT_MR = 4
+"""Output channels per affine micro-kernel call (the weights' rows are padded to a multiple)."""
+DOT_NR = 2
+"""Output positions per affine tile."""
+DOT_KA = 16
+"""The affine panel's rows and the weights' rows are padded to a multiple of this many taps."""
+
+
+def pack_affine_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """Centered OIHW (or Dense's transposed (M, K) as (M, K, 1, 1)) weights -> per group, rows of
+    DOT_MR-padded output channels, each tap-major (ky, kx, input channel) and zero-padded to a
+    multiple of DOT_KA taps: the dot products' contiguous operand."""
+    o, cg, kh, kw = w.shape
+    og = o // group
+    rows = -(-og // DOT_MR) * DOT_MR
+    taps = kh * kw * cg
+    kp = -(-taps // DOT_KA) * DOT_KA
+    per = w.reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, taps)
+    out = np.zeros((group, rows, kp), dtype=w.dtype)
+    out[:, :og, :taps] = per
+    return out.reshape(-1)
+
+
+def dot_micro(ks: KernelSet, w: CType) -> str:
+    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums of int16 products, the
+    reduction over k innermost (what compilers turn into pmaddwd / vpdpwssd, SMLAD on Cortex-M)."""
+    name = f"qcc_dot_i16_{w.suffix}"
+    rows, cols = range(DOT_MR), range(DOT_NR)
+    panels = "\n".join(f"    const int16_t *restrict x{q} = panel + {q} * ldx;" for q in cols)
+    weights = "\n".join(f"    const {w.name} *restrict w{o} = w + {o} * ldw;" for o in rows)
+    decl = "\n".join(f"    int32_t {', '.join(f's{o}{q} = 0' for q in cols)};" for o in rows)
+    loads = "\n".join(f"        const int32_t a{q} = x{q}[k];" for q in cols) + "\n" + \
+        "\n".join(f"        const int32_t b{o} = w{o}[k];" for o in rows)
+    macs = "\n".join(f"        {' '.join(f's{o}{q} += b{o} * a{q};' for q in cols)}" for o in rows)
+    store = "\n".join(f"    out[{o} * QCC_PT + {q}] += s{o}{q};" for o in rows for q in cols)
+    return ks.kernel(name, lambda: f"""
+/* out[o * QCC_PT + q] += dot(w row o, panel row q) over kc taps (a multiple of {DOT_KA}). */
+static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *restrict w, long ldw, long kc,
+    int32_t *restrict out)
+{{
+{panels}
+{weights}
+{decl}
+    long k;
+    for (k = 0; k < kc; ++k) {{
+{loads}
+{macs}
+    }}
+{store}
+}}
 """)
 
 
-def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, pointwise: bool = False) -> str:
-    """`pointwise` (1x1 kernels): one product per channel fits int32 even at 16 bits."""
-    name = f"qcc_conv{'1x1' if pointwise else ''}_{x.suffix}_{w.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: conv_source(name, x, w, y, pointwise), ("conv_t", "sat_add"))
+def _pack_rows(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_packr_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* panel[q][k] = x - zx at tap k (k0 <= k < k0 + kc, (ky, kx, input channel) order) of output
+   position q < QCC_PT; 0 outside the input (read at offset 0 and masked: no branch in the loop) and
+   for kc <= k < kcp. */
+static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qcc_conv_t *restrict p,
+    const int *restrict iy0, const int *restrict ix0, long k0, long kc, long kcp, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    int tap = (int)(k0 / cg);
+    int ic = (int)(k0 % cg);
+    long k = 0, j;
+    int q;
+    while (k < kc) {{
+        const int dy = tap / p->kw * p->dh;
+        const int dx = tap % p->kw * p->dw;
+        const long n = cg - ic < kc - k ? cg - ic : kc - k;
+        long off[QCC_PT];
+        int32_t mask[QCC_PT];
+        for (q = 0; q < QCC_PT; ++q) {{
+            const int iy = iy0[q] + dy;
+            const int ix = ix0[q] + dx;
+            const int inside = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+            off[q] = inside ? (long)iy * p->w + ix : 0;
+            mask[q] = inside ? -1 : 0;
+        }}
+        for (j = 0; j < n; ++j) {{
+            const {x.name} *restrict xc = x + (ic + j) * hw;
+            for (q = 0; q < QCC_PT; ++q) {{
+                panel[q * kcp + k + j] = (int16_t)(((int32_t)xc[off[q]] - zx) & mask[q]);
+            }}
+        }}
+        k += n;
+        ic = 0;
+        ++tap;
+    }}
+    for (q = 0; q < QCC_PT; ++q) {{
+        for (j = kc; j < kcp; ++j) {{
+            panel[q * kcp + j] = 0;
+        }}
+    }}
+}}
+""", ("conv_t",))
 
 
-def conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = False) -> str:
-    """Direct convolution over chunks of one output row for up to 4 output channels at once.
+def _band_rows(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_band_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* The input rows output row oy reads, each transposed to [column][input channel] (x - zx; 0 in the
+   padding) in band slot ((iy mod kh) with dilation 1, so rows shared with the previous output row
+   are kept; else ky). held[slot] is the row a slot holds. */
+static void {name}(const {x.name} *restrict x, int16_t *restrict band, int *restrict held,
+    const qcc_conv_t *restrict p, int oy, long wb, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    const int lo = p->pw < wb ? p->pw : (int)wb;
+    const int hi = p->pw + p->w < wb ? p->pw + p->w : (int)wb;
+    int ky, ic;
+    long b;
+    for (ky = 0; ky < p->kh; ++ky) {{
+        const int iy = oy * p->sh - p->ph + ky * p->dh;
+        const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
+        int16_t *restrict row = band + slot * wb * cg;
+        if (held[slot] == iy) {{
+            continue;
+        }}
+        held[slot] = iy;
+        if (iy < 0 || iy >= p->h) {{
+            for (b = 0; b < wb * cg; ++b) {{
+                row[b] = 0;
+            }}
+            continue;
+        }}
+        for (b = 0; b < (long)lo * cg; ++b) {{
+            row[b] = 0;
+        }}
+        for (b = (long)hi * cg; b < wb * cg; ++b) {{
+            row[b] = 0;
+        }}
+        for (ic = 0; ic < cg; ++ic) {{
+            const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w - p->pw;
+            for (b = lo; b < hi; ++b) {{
+                row[b * cg + ic] = (int16_t)((int32_t)xr[b] - zx);
+            }}
+        }}
+    }}
+}}
 
-    Float: accumulate every tap into the chunk. Fixed (qcc.sim.fixed.conv_kernel): per input
-    channel sum the taps exactly, truncate by 2**shift, add to the saturated running total; then
-    the bias with the runtime's saturating add.
-    """
-    affine = y.affine is not None
-    fixed = y.fixed is not None
-    narrow = (x.bits == 8 and w.bits == 8) or pointwise
-    acc = "float" if not y.is_int else ("int32_t" if narrow or affine else "int64_t")
-    target = "s" if fixed else "acc"
-    pad, bias_t = ("zx", "int32_t") if affine else ("0", y.name)
+/* panel[q][k] for output positions ox0 + q (q < pn; 0 for pn <= q < QCC_PT) of row oy from the band:
+   runs of input channels, whole kernel rows at once with dilation 1; 0 for kc <= k < kcp. */
+static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel, const qcc_conv_t *restrict p,
+    int oy, int ox0, int pn, long wb, long k0, long kc, long kcp)
+{{
+    const int cg = p->c / p->group;
+    int q;
+    long j;
+    for (q = 0; q < QCC_PT; ++q) {{
+        int16_t *restrict out = panel + q * kcp;
+        int tap = (int)(k0 / cg);
+        int ic = (int)(k0 % cg);
+        long k = 0;
+        if (q >= pn) {{
+            for (j = 0; j < kcp; ++j) {{
+                out[j] = 0;
+            }}
+            continue;
+        }}
+        while (k < kc) {{
+            const int ky = tap / p->kw;
+            const int kx = tap % p->kw;
+            const int iy = oy * p->sh - p->ph + ky * p->dh;
+            const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
+            const int16_t *restrict src = band + (slot * wb + (long)(ox0 + q) * p->sw + (long)kx * p->dw) * cg + ic;
+            const long run = (p->dw == 1 ? (long)(p->kw - kx) * cg : cg) - ic;
+            const long n = run < kc - k ? run : kc - k;
+            for (j = 0; j < n; ++j) {{
+                out[k + j] = src[j];
+            }}
+            k += n;
+            tap += (int)((ic + n) / cg);
+            ic = (int)((ic + n) % cg);
+        }}
+        for (j = kc; j < kcp; ++j) {{
+            out[j] = 0;
+        }}
+    }}
+}}
+""", ("conv_t",))
 
-    def xv(expr: str) -> str:
-        """An input element as the sums read it (affine: minus its zero point)."""
-        return f"(({acc}){expr} - zx)" if affine else f"({acc}){expr}"
 
-    if affine:
-        decl = "int32_t acc[4][CW];"
-        init = "acc[q][j] = b[o + q];"
-        per_ic = per_ic_end = ""
-        store = f"yr[j] = ({y.name})qcc_requant(acc[q][j], mult[o + q], shift[o + q], zy, {y.lo}, {y.hi});"
-        extra = ", int32_t zx, const int32_t *restrict mult, const int32_t *restrict shift, int32_t zy"
-        prologue = ""
-    elif fixed:
-        decl = f"int32_t total[4][CW];\n                    {acc} s[4][CW];"
-        init = "total[q][j] = 0;\n                            s[q][j] = 0;"
-        per_ic = ""
-        unsigned = "uint32_t" if narrow else "uint64_t"
-        # qcc_shift + qcc_sat written out branch-free, clearing s for the next channel; a narrow
-        # sum truncated by a non-negative shift plus an output value cannot overflow int32
-        body = f"""const {acc} v = s[q][j];
-                                const {acc} m = ({acc})(({unsigned})(v < 0 ? -v : v) >> rs);
-                                const TYPE t = (TYPE)(v < 0 ? -m : m)SCALE + total[q][j];
-                                total[q][j] = (int32_t)(t < {y.lo} ? {y.lo} : (t > {y.hi} ? {y.hi} : t));
-                                s[q][j] = 0;"""
-        wide = body.replace("TYPE", "int64_t").replace("SCALE", " * ls")
-        fast = body.replace("TYPE", "int32_t" if narrow else "int64_t").replace("SCALE", "")
-        per_ic_end = f"""for (q = 0; q < nb; ++q) {{
-                            if (ls == 1) {{
-                                for (j = 0; j < CW; ++j) {{
-                                {fast}
-                                }}
-                            }} else {{
-                                for (j = 0; j < CW; ++j) {{
-                                {wide}
-                                }}
-                            }}
-                        }}"""
-        store = f"""int32_t t = total[q][j];
-                            if (b != NULL) {{
-                                t = qcc_sat_add(t, b[o + q], {y.bits});
-                            }}
-                            yr[j] = ({y.name})t;"""
-        extra = ", int shift"
-        prologue = ("const int rs = shift > 0 ? shift : 0;\n"
-                    "    const int64_t ls = shift < 0 ? (int64_t)1 << -shift : 1;\n    ")
-    else:
-        decl = "float acc[4][CW];"
-        init = "acc[q][j] = b != NULL ? b[o + q] : 0.0f;"
-        per_ic = per_ic_end = ""
-        store = "yr[j] = acc[q][j];"
-        extra = prologue = ""
-    taps4 = "\n".join(f"                                        {target}[{q}][j] += xv * w{q};" for q in range(4))
-    # the chunk body, emitted twice: fixed-length loops of QCC_NARROW for narrow maps, else QCC_CHUNK
-    chunk = f"""                    {decl}
-                    for (q = 0; q < nb; ++q) {{
+def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+    """Sums of (x - zx) * w as dot products: per tile of QCC_PT output positions the taps are
+    copied (centered, int16) into rows, QCC_KCI at a time, and every QCC_MR output channels take
+    their dot products with every QCC_NR rows; the bias and requantization in the epilogue, a
+    fixed-length loop per output channel. Weights: `pack_affine_weights`.
+
+    Kernels wider than one tap whose input rows fit QCC_BAND elements copy each input row once,
+    transposed (a band of kh rows, reused by the next output row), and fill the rows from it with
+    runs of input channels; the rest gather the taps from the input."""
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}"
+    packer = _pack_rows(ks, x)
+    bander = _band_rows(ks, x)
+    dot = dot_micro(ks, w)
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
+    tile = f"""{{
+    const int pairs = (pn + QCC_NR - 1) / QCC_NR;
+    for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
+        part[j] = 0;
+    }}
+    for (k0 = 0; k0 < kk; k0 += QCC_KCI) {{
+        const long kc = kk - k0 < QCC_KCI ? kk - k0 : QCC_KCI;
+        const long kcp = (kc + QCC_KA - 1) / QCC_KA * QCC_KA;
+        PACK;
+        for (o = 0; o < nb; o += QCC_MR) {{
+            const {w.name} *restrict wo = w + ((long)g * rows + ob0 + o) * kp + k0;
+            for (q = 0; q < pairs; ++q) {{
+                {dot}(panel + (long)q * QCC_NR * kcp, kcp, wo, kp, kcp, part + (long)o * QCC_PT + q * QCC_NR);
+            }}
+        }}
+    }}
+    for (o = 0; o < nb; ++o) {{
+        const int oc = g * og + ob0 + o;
+        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + P0;
+        int32_t out[QCC_PT];
+{_indent(ep.channel, 8)}        QCC_VECTOR_LOOP
+        for (q = 0; q < QCC_PT; ++q) {{
+            const int32_t v = part[o * QCC_PT + q];
+{_indent(ep.element, 12)}            out[q] = r;
+        }}
+        for (q = 0; q < pn; ++q) {{
+            int32_t r = out[q];
+{_indent(ep.post, 12)}            yo[q] = ({y.name})r;
+        }}
+    }}
+}}
+"""
+    gather = tile.replace("PACK", f"{packer}(x + xoff, panel, p, iy0, ix0, k0, kc, kcp, zx)").replace("P0", "p0")
+    banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
+        .replace("P0", "(long)oy * p->ow + ox0")
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.name} *restrict y,
+    const qcc_conv_t *restrict p, int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult,
+    const int32_t *restrict shift{params})
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const int rows = (og + QCC_MR - 1) / QCC_MR * QCC_MR;
+    const long npix = (long)p->oh * p->ow;
+    const long kk = (long)cg * p->kh * p->kw;
+    const long kp = (kk + QCC_KA - 1) / QCC_KA * QCC_KA;
+    const long wb = (long)(p->ow - 1) * p->sw + (long)(p->kw - 1) * p->dw + 1;
+    const int use_band = p->kh * p->kw > 1 && p->kh <= QCC_RING && (long)p->kh * wb * cg <= QCC_BAND;
+    int16_t panel[QCC_PT * QCC_KCI];
+    int16_t band[QCC_BAND > 0 ? QCC_BAND : 1];
+    int held[QCC_RING];
+    int32_t part[QCC_OS * QCC_PT];
+    int iy0[QCC_PT], ix0[QCC_PT];
+    int n, g, ob0, q, o, oy, ox0;
+    long p0, k0, j;
+    for (n = 0; n < p->n; ++n) {{
+        for (g = 0; g < p->group; ++g) {{
+            const long xoff = ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            if (use_band) {{
+                for (q = 0; q < QCC_RING; ++q) {{
+                    held[q] = -(1 << 30);
+                }}
+                for (oy = 0; oy < p->oh; ++oy) {{
+                    {bander}(x + xoff, band, held, p, oy, wb, zx);
+                    for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                        const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                        for (ox0 = 0; ox0 < p->ow; ox0 += QCC_PT) {{
+                            const int pn = p->ow - ox0 < QCC_PT ? p->ow - ox0 : QCC_PT;
+{_indent(banded, 28)}                        }}
+                    }}
+                }}
+                continue;
+            }}
+            for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+                const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+                for (p0 = 0; p0 < npix; p0 += QCC_PT) {{
+                    const int pn = npix - p0 < QCC_PT ? (int)(npix - p0) : QCC_PT;
+                    for (q = 0; q < QCC_PT; ++q) {{
+                        const long pq = p0 + q;
+                        iy0[q] = q < pn ? (int)(pq / p->ow) * p->sh - p->ph : -(1 << 29);
+                        ix0[q] = q < pn ? (int)(pq % p->ow) * p->sw - p->pw : -(1 << 29);
+                    }}
+{_indent(gather, 20)}                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- fixed-point convolution
+
+
+def fixed_sum_type(x: CType, w: CType, y: CType, taps: int, shift: int) -> str:
+    """int32 when one input channel's sum plus a stored output cannot overflow it (and the
+    truncating shift is narrower than 32 bits), else int64."""
+    worst = (1 << (x.bits - 1)) * (1 << (w.bits - 1)) * taps + (1 << (y.bits - 1))
+    return "int32_t" if worst < 2**31 and shift < 31 else "int64_t"
+
+
+def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, taps: int, shift: int) -> str:
+    """nnabla-c-runtime's convolution (qcc.sim.fixed.conv_kernel): per input channel the exact sum of
+    its taps, truncated toward zero by 2^shift (a negative shift multiplies), added to the running
+    total saturated to the output type; then the epilogue.
+
+    The truncation after every input channel is not associative, so the loops keep the channel
+    order and vectorize along the output row instead: chunks of QCC_CHUNK positions (QCC_NARROW on
+    narrow maps) for QCC_FB output channels at once, the input row read in place (stride 1) or
+    from a zero-padded copy, fixed-length inner loops over the chunk. Weights: OIHW as stored."""
+    sum_t = fixed_sum_type(x, w, y, taps, shift)
+    upscale = shift < 0
+    flavour = f"{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}"
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{flavour}{ep.suffix}"
+    for helper in ep.helpers:
+        ks.helper(helper)
+    unsigned = "uint32_t" if sum_t == "int32_t" else "uint64_t"
+    wide = "int64_t" if upscale or sum_t == "int64_t" else "int32_t"
+    macs = "\n".join(f"                                    s[{q}][j] += xv * w{q};" for q in range(FB))
+    weights = "\n".join(f"                                    const {sum_t} w{q} = wt[{q} * cg * ks];"
+                         for q in range(FB))
+    chunk = f"""                    int32_t total[QCC_FB][CW];
+                    {sum_t} s[QCC_FB][CW];
+                    for (q = 0; q < QCC_FB; ++q) {{
                         for (j = 0; j < CW; ++j) {{
-                            {init}
+                            total[q][j] = 0;
+                            s[q][j] = 0;
                         }}
                     }}
                     for (ic = 0; ic < cg; ++ic) {{
-                        const {x.name} *xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
-                        const {w.name} *wc = w + ((long)o * cg + ic) * ks;
-                        {per_ic}
+                        const {x.name} *restrict xc = x + ((long)n * p->c + (long)g * cg + ic) * p->h * p->w;
+                        const {w.name} *restrict wc = w + ((long)o * cg + ic) * ks;
                         for (ky = 0; ky < p->kh; ++ky) {{
                             const int iy = iy0 + ky * p->dh;
-                            const {x.name} *xr;
+                            const {x.name} *restrict xr;
                             if (iy < 0 || iy >= p->h) {{
                                 continue;
                             }}
                             xr = xc + (long)iy * p->w;
                             if (rowbuf) {{
-                                /* stride 1: fixed-length loops over the chunk's input row, read in
-                                   place when it lies inside the row, else from a zero-padded copy */
+                                /* stride 1: the chunk's input row in place when it lies inside the
+                                   row, else a zero-padded copy */
                                 {x.name} rb[CW + QCC_SPAN];
                                 const int lo = c0 - p->pw;
-                                const {x.name} *row = rb;
+                                const {x.name} *restrict row = rb;
                                 if (lo >= 0 && lo + CW + span <= p->w) {{
                                     row = xr + lo;
                                 }} else {{
-                                    const int t0 = lo < 0 ? (-lo < CW + span ? -lo : CW + span) : 0;
-                                    const int t1 = p->w - lo < CW + span ? p->w - lo : CW + span;
-                                    for (t = 0; t < t0; ++t) {{
-                                        rb[t] = {pad};
-                                    }}
-                                    for (t = t0; t < t1; ++t) {{
-                                        rb[t] = xr[lo + t];
-                                    }}
-                                    for (t = t1 > t0 ? t1 : t0; t < CW + span; ++t) {{
-                                        rb[t] = {pad};
+                                    for (t = 0; t < CW + span; ++t) {{
+                                        rb[t] = lo + t >= 0 && lo + t < p->w ? xr[lo + t] : 0;
                                     }}
                                 }}
                                 for (kx = 0; kx < p->kw; ++kx) {{
-                                    const {x.name} *r = row + kx * p->dw;
-                                    const {w.name} *wt = wc + ky * p->kw + kx;
-                                    if (nb == 4) {{
-                                        const {acc} w0 = wt[0];
-                                        const {acc} w1 = wt[cg * ks];
-                                        const {acc} w2 = wt[2 * cg * ks];
-                                        const {acc} w3 = wt[3 * cg * ks];
+                                    const {x.name} *restrict r = row + kx * p->dw;
+                                    const {w.name} *restrict wt = wc + ky * p->kw + kx;
+                                    if (nb == QCC_FB) {{
+{weights}
                                         for (j = 0; j < CW; ++j) {{
-                                            const {acc} xv = {xv("r[j]")};
-{taps4}
+                                            const {sum_t} xv = r[j];
+{macs}
                                         }}
                                     }} else {{
-                                        const {acc} w0 = wt[0];
-                                        for (j = 0; j < CW; ++j) {{
-                                            {target}[0][j] += {xv("r[j]")} * w0;
+                                        for (q = 0; q < nb; ++q) {{
+                                            const {sum_t} wq = wt[q * cg * ks];
+                                            for (j = 0; j < CW; ++j) {{
+                                                s[q][j] += ({sum_t})r[j] * wq;
+                                            }}
                                         }}
                                     }}
                                 }}
@@ -175,57 +798,241 @@ def conv_source(name: str, x: CType, w: CType, y: CType, pointwise: bool = False
                             }}
                             for (kx = 0; kx < p->kw; ++kx) {{
                                 const int off = kx * p->dw - p->pw;
-                                const {w.name} *wt = wc + ky * p->kw + kx;
+                                const {w.name} *restrict wt = wc + ky * p->kw + kx;
                                 int j0 = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
                                 int j1 = off >= p->w ? 0 : (p->w - off + p->sw - 1) / p->sw;
                                 j0 = j0 > c0 ? j0 : c0;
                                 j1 = j1 < c1 ? j1 : c1;
                                 for (q = 0; q < nb; ++q) {{
-                                    const {acc} wq = wt[q * cg * ks];
+                                    const {sum_t} wq = wt[q * cg * ks];
                                     for (j = j0; j < j1; ++j) {{
-                                        {target}[q][j - c0] += {xv("xr[j * p->sw + off]")} * wq;
+                                        s[q][j - c0] += ({sum_t})xr[j * p->sw + off] * wq;
                                     }}
                                 }}
                             }}
                         }}
-                        {per_ic_end}
+                        for (q = 0; q < nb; ++q) {{
+                            for (j = 0; j < CW; ++j) {{
+                                const {sum_t} v = s[q][j];
+                                const {sum_t} m = ({sum_t})(({unsigned})(v < 0 ? -v : v) >> rs);
+                                const {wide} r = ({wide})(v < 0 ? -m : m){' * ls' if upscale else ''} + total[q][j];
+                                total[q][j] = (int32_t)(r < {y.lo} ? {y.lo} : (r > {y.hi} ? {y.hi} : r));
+                                s[q][j] = 0;
+                            }}
+                        }}
                     }}
                     for (q = 0; q < nb; ++q) {{
-                        {y.name} *yr = y + (((long)n * p->o + o + q) * p->oh + oy) * p->ow + c0;
-                        for (j = 0; j < c1 - c0; ++j) {{
-                            {store}
+                        const int oc = o + q;
+                        {y.name} *restrict yr = y + (((long)n * p->o + oc) * p->oh + oy) * p->ow + c0;
+{_indent(ep.channel, 24)}                        for (j = 0; j < c1 - c0; ++j) {{
+                            const int32_t v = total[q][j];
+{_indent(ep.full, 28)}                            yr[j] = ({y.name})r;
                         }}
                     }}
 """
-    narrow_body = chunk.replace("CW", "QCC_NARROW")
-    chunk_body = chunk.replace("CW", "QCC_CHUNK")
-    return f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {bias_t} *restrict b,
-    {y.name} *restrict y, const qcc_conv_t *restrict p{extra})
+    params = "".join(f", {p}" for p in ep.params)
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
+    {y.name} *restrict y, const qcc_conv_t *restrict p, int shift{params})
 {{
-    {prologue}const int cg = p->c / p->group;
+    const int rs = shift > 0 ? shift : 0;
+    const {wide} ls = shift < 0 ? ({wide})1 << -shift : 1;
+    const int cg = p->c / p->group;
     const int og = p->o / p->group;
     const long ks = (long)p->kh * p->kw;
     const int span = (p->kw - 1) * p->dw;
     const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
     int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
+    (void)ls;
     for (n = 0; n < p->n; ++n) {{
         for (o = 0; o < p->o; o += nb) {{
             const int g = o / og;
-            nb = o % og + 4 <= og ? 4 : 1;
+            nb = o % og + QCC_FB <= og ? QCC_FB : 1;
             for (oy = 0; oy < p->oh; ++oy) {{
                 const int iy0 = oy * p->sh - p->ph;
                 for (c0 = 0; c0 < p->ow; c0 += QCC_CHUNK) {{
                     const int c1 = c0 + QCC_CHUNK < p->ow ? c0 + QCC_CHUNK : p->ow;
                     if (c1 - c0 <= QCC_NARROW) {{
-{narrow_body}                    }} else {{
-{chunk_body}                    }}
+{chunk.replace("CW", "QCC_NARROW")}                    }} else {{
+{chunk.replace("CW", "QCC_CHUNK")}                    }}
                 }}
             }}
         }}
     }}
 }}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- depthwise convolution
+
+
+def depthwise(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, mode: str, taps: int = 1,
+              shift: int = 0) -> str:
+    """One input channel per output channel: along each output row, QCC_ROW positions at a time
+    in a fixed-length loop; the window's row is copied (zero-padded, strided) once per tap row.
+
+    `mode` float / affine (sums of x - zx) / fixed (one channel's sum, truncated and saturated once)."""
+    fixed = mode == "fixed"
+    upscale = shift < 0
+    sum_t = fixed_sum_type(x, w, y, taps, shift) if fixed else ("float" if mode == "float" else "int32_t")
+    flavour = f"{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}" if fixed else ""
+    name = f"qcc_dwconv_{x.suffix}_{w.suffix}_{y.suffix}{flavour}{ep.suffix}" if mode != "float" else \
+        f"qcc_dwconv_f32{ep.suffix}"
+    for helper in ep.helpers:
+        ks.helper(helper)
+    elem = "float" if mode == "float" else ("int16_t" if mode == "affine" else x.name)
+    value = "(int16_t)((int32_t)xr[ix] - zx)" if mode == "affine" else "xr[ix]"
+    if mode == "affine":
+        extra = ", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, const int32_t *restrict shift"
+        bias_param = ""
+    elif fixed:
+        extra = ", int shift"
+        bias_param = f", const {y.name} *restrict b"
+    else:
+        extra = ""
+        bias_param = ", const float *restrict b"
+    if fixed:
+        unsigned = "uint32_t" if sum_t == "int32_t" else "uint64_t"
+        wide = "int64_t" if upscale or sum_t == "int64_t" else "int32_t"
+        finish = f"""const {sum_t} m = ({sum_t})(({unsigned})(acc[q] < 0 ? -acc[q] : acc[q]) >> rs);
+const {wide} t = ({wide})(acc[q] < 0 ? -m : m){' * ls' if upscale else ''};
+const int32_t v = (int32_t)(t < {y.lo} ? {y.lo} : (t > {y.hi} ? {y.hi} : t));
 """
+        prologue = ("const int rs = shift > 0 ? shift : 0;\n    const int32_t ls = shift < 0 ? (int32_t)1 << -shift : 1;\n"
+                    "    (void)ls;\n    ")
+    else:
+        finish = f"const {sum_t} v = acc[q];\n"
+        prologue = ""
+    zero = "0.0f" if sum_t == "float" else "0"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
+    const qcc_conv_t *restrict p{extra}{''.join(f', {p}' for p in ep.params)})
+{{
+    {prologue}const int khw = p->kh * p->kw;
+    int n, oc, oy, ox0, ky, kx, q;
+    for (n = 0; n < p->n; ++n) {{
+        for (oc = 0; oc < p->o; ++oc) {{
+            const {x.name} *restrict xp = x + ((long)n * p->c + oc) * p->h * p->w;
+            const {w.name} *restrict wc = w + (long)oc * khw;
+{_indent(ep.channel, 12)}            for (oy = 0; oy < p->oh; ++oy) {{
+                {y.name} *restrict yr = y + (((long)n * p->o + oc) * p->oh + oy) * p->ow;
+                for (ox0 = 0; ox0 < p->ow; ox0 += QCC_ROW) {{
+                    const int pn = p->ow - ox0 < QCC_ROW ? p->ow - ox0 : QCC_ROW;
+                    {sum_t} acc[QCC_ROW];
+                    for (q = 0; q < QCC_ROW; ++q) {{
+                        acc[q] = {zero};
+                    }}
+                    for (ky = 0; ky < p->kh; ++ky) {{
+                        const int iy = oy * p->sh - p->ph + ky * p->dh;
+                        const {x.name} *restrict xr;
+                        if (iy < 0 || iy >= p->h) {{
+                            continue;
+                        }}
+                        xr = xp + (long)iy * p->w;
+                        for (kx = 0; kx < p->kw; ++kx) {{
+                            const {sum_t} wv = wc[ky * p->kw + kx];
+                            const int ix0 = ox0 * p->sw - p->pw + kx * p->dw;
+                            {elem} row[QCC_ROW];
+                            if (ix0 >= 0 && ix0 + (QCC_ROW - 1) * p->sw < p->w) {{
+                                for (q = 0; q < QCC_ROW; ++q) {{
+                                    const int ix = ix0 + q * p->sw;
+                                    row[q] = {value};
+                                }}
+                            }} else {{
+                                for (q = 0; q < QCC_ROW; ++q) {{
+                                    const int ix = ix0 + q * p->sw;
+                                    row[q] = ix >= 0 && ix < p->w ? {value} : 0;
+                                }}
+                            }}
+                            for (q = 0; q < QCC_ROW; ++q) {{
+                                acc[q] += row[q] * wv;
+                            }}
+                        }}
+                    }}
+                    for (q = 0; q < pn; ++q) {{
+{_indent(finish, 24)}{_indent(ep.full, 24)}                        yr[ox0 + q] = ({y.name})r;
+                    }}
+                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t",))
+
+
+# ---------------------------------------------------------------- dense
+
+
+def dense(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, mode: str) -> str:
+    """y = x (n, k) @ w (k, m), w packed in blocks of OB columns; four partial sums per column
+    (k mod 4) keep four independent chains. Float, or fixed point (`mode` "fixed": the exact sum
+    truncated once, qcc.sim.fixed.dense_kernel); affine Dense runs as a 1x1 `conv_affine`."""
+    if mode == "float":
+        name, acc, value = f"qcc_dense_f32{ep.suffix}", "float", "xi[t]"
+        extra, bias_param, finish = "", ", const float *restrict b", ""
+    else:
+        name, acc, value = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}", "int64_t", "(int64_t)xi[t]"
+        extra, bias_param = ", int shift", f", const {y.name} *restrict b"
+        finish = "sum = qcc_sat(qcc_shift(sum, shift), LO, HI);\n".replace("LO", str(y.lo)).replace("HI", str(y.hi))
+        ks.helper("sat")
+        ks.helper("shift")
+    for helper in ep.helpers:
+        ks.helper(helper)
+    sum_t = "float" if mode == "float" else "int64_t"
+    v_t = "float" if mode == "float" else "int32_t"
+    if mode == "float":
+        ks.helper("madd")
+        mac, mac0 = "QCC_MADD(xv, wk[o], a[u][o])", "QCC_MADD(xv, wk[o], a[0][o])"
+    else:
+        mac, mac0 = "a[u][o] + xv * wk[o]", "a[0][o] + xv * wk[o]"
+    return ks.kernel(name, lambda: f"""
+static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
+    long n, long k, long m{extra}{''.join(f', {p}' for p in ep.params)})
+{{
+    const long nob = (m + QCC_OB - 1) / QCC_OB;
+    const long k4 = k - k % 4;
+    long i, ob, t;
+    int o, u;
+    for (i = 0; i < n; ++i) {{
+        const {x.name} *restrict xi = x + i * k;
+        for (ob = 0; ob < nob; ++ob) {{
+            const {w.name} *restrict wb = w + ob * k * QCC_OB;
+            {acc} a[4][QCC_OB];
+            for (u = 0; u < 4; ++u) {{
+                for (o = 0; o < QCC_OB; ++o) {{
+                    a[u][o] = 0;
+                }}
+            }}
+            for (t = 0; t < k4; t += 4) {{
+                for (u = 0; u < 4; ++u) {{
+                    const {acc} xv = {value.replace("[t]", "[t + u]")};
+                    const {w.name} *restrict wk = wb + (t + u) * QCC_OB;
+                    for (o = 0; o < QCC_OB; ++o) {{
+                        a[u][o] = {mac};
+                    }}
+                }}
+            }}
+            for (t = k4; t < k; ++t) {{
+                const {acc} xv = {value};
+                const {w.name} *restrict wk = wb + t * QCC_OB;
+                for (o = 0; o < QCC_OB; ++o) {{
+                    a[0][o] = {mac0};
+                }}
+            }}
+            for (o = 0; o < QCC_OB && ob * QCC_OB + o < m; ++o) {{
+                const long oc = ob * QCC_OB + o;
+                {sum_t} sum = a[0][o] + a[1][o];
+                {v_t} v;
+                sum += a[2][o] + a[3][o];
+{_indent(finish, 16)}                v = ({v_t})sum;
+                {{
+{_indent(ep.channel, 20)}{_indent(ep.full, 20)}                    y[i * m + oc] = ({y.name})r;
+                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t",))
 
 
 def conv_transpose_f32(ks: KernelSet) -> str:
@@ -302,62 +1109,3 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
     }}
 }}
 """
-
-
-def dense_fixed(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
-    """Weights are emitted transposed (m, k) so each sum reads contiguous rows."""
-    name = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *x, const {w.name} *wt, const {y.name} *b, {y.name} *y,
-    long n, long k, long m, int shift)
-{{
-    long i, j, t;
-    for (i = 0; i < n; ++i) {{
-        const {x.name} *xi = x + i * k;
-        for (j = 0; j < m; ++j) {{
-            const {w.name} *wj = wt + j * k;
-            int64_t s = 0;
-            int32_t r;
-            for (t = 0; t < k; ++t) {{
-                s += (int32_t)xi[t] * wj[t];
-            }}
-            r = qcc_sat(qcc_shift(s, shift), {y.lo}, {y.hi});
-            if (b != NULL) {{
-                r = qcc_sat_add(r, b[j], {y.bits});
-            }}
-            y[i * m + j] = ({y.name})r;
-        }}
-    }}
-}}
-""", ("sat", "shift", "sat_add"))
-
-
-def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
-    """The float/fixed kernel's loops (row chunks, 4 output channels at once) on (x - zx) * w with
-    int32 sums; padding reads as zx (the real zero); the bias starts the sum; requant per channel."""
-    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}"
-    return ks.kernel(name, lambda: conv_source(name, x, w, y), ("conv_t", "requant"))
-
-
-def dense_affine(ks: KernelSet, x: CType, w: CType, y: CType) -> str:
-    name = f"qcc_dense_{x.suffix}_{w.suffix}_{y.suffix}"
-    params = [f"const {x.name} *x", f"const {w.name} *w", "const int32_t *bias", f"{y.name} *y", "long n", "long k",
-              "long m", "int32_t zx", "const int32_t *mult", "const int32_t *shift", "int32_t zy"]
-    return ks.kernel(name, lambda: f"""
-/* y = requant(bias + (x - zx) (n, k) @ w^T, w (m, k) centered), per output column. */
-{signature(name, params)}
-{{
-    long i, j, t;
-    for (i = 0; i < n; ++i) {{
-        const {x.name} *xi = x + i * k;
-        for (j = 0; j < m; ++j) {{
-            const {w.name} *wj = w + j * k;
-            int32_t acc = bias[j];
-            for (t = 0; t < k; ++t) {{
-                acc += ((int32_t)xi[t] - zx) * (int32_t)wj[t];
-            }}
-            y[i * m + j] = ({y.name})qcc_requant(acc, mult[j], shift[j], zy, {y.lo}, {y.hi});
-        }}
-    }}
-}}
-""", ("requant",))

@@ -7,6 +7,7 @@ model uses, each after the helpers it calls, so only used code is emitted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 
@@ -79,33 +80,22 @@ static int32_t qcc_store(float v, float scale, int32_t lo, int32_t hi)
 }
 """, ()),
     "rint": ("""
-/* t rounded half to even (t finite and inside the int32 range). */
+/* t rounded half to even, |t| < 2^22: adding and subtracting 1.5 * 2^23 rounds in the default
+   rounding mode, exactly (float arithmetic as written: FLT_EVAL_METHOD 0, no -ffast-math). No
+   branch, so the loops calling it vectorize. */
 static int32_t qcc_rint(float t)
 {
-    int32_t i = (int32_t)t;
-    const float r = t - (float)i;
-    if (r > 0.5f || (r == 0.5f && (i & 1) != 0)) {
-        i += 1;
-    } else if (r < -0.5f || (r == -0.5f && (i & 1) != 0)) {
-        i -= 1;
-    }
-    return i;
+    return (int32_t)((t + 12582912.0f) - 12582912.0f);
 }
 """, ()),
     "round": ("""
 /* Input quantization: v * 2^frac rounded half to even, saturated; NaN gives 0. */
 static int32_t qcc_round(float v, float scale, int32_t lo, int32_t hi)
 {
-    const float t = v * scale;
-    if (t != t) {
-        return 0;
-    }
-    if (t >= (float)hi) {
-        return hi;
-    }
-    if (t <= (float)lo) {
-        return lo;
-    }
+    float t = v * scale;
+    t = t != t ? 0.0f : t;
+    t = t < (float)lo ? (float)lo : t;
+    t = t > (float)hi ? (float)hi : t;
     return qcc_rint(t);
 }
 """, ("rint",)),
@@ -156,49 +146,109 @@ typedef struct {
 } qcc_perm_t;
 """, ()),
     "conv_t": ("""
-#define QCC_CHUNK 32 /* output positions per row chunk (stack accumulators) */
-#define QCC_NARROW 8 /* chunk length for maps of at most this width */
-#define QCC_SPAN 32 /* widest (kw - 1) * dilation served by the zero-padded row buffer */
+/* Convolution and Dense tiling (kernels/conv.py). The micro-kernel keeps QCC_PB x QCC_OB sums in
+   registers: QCC_OB (16) consecutive output positions (Dense: output columns) by QCC_PB (2, 4 or
+   8, a divisor of the weights' block of QCC_WB output channels) output channels; QCC_OB and
+   QCC_WB are fixed by the weight layout, QCC_PB follows the vector registers the compiler may use;
+   the others may be overridden (-D) to trade stack for speed: a float tile keeps QCC_OS x QCC_OB
+   sums and a panel of QCC_KC x QCC_OB inputs (12 KB with the defaults). */
+#define QCC_OB 16
+#define QCC_WB 8
+#ifndef QCC_PB
+#if defined(__AVX512F__)
+#define QCC_PB 8 /* 8 rows of 16 floats: 8 of the 32 vector registers */
+#else
+#define QCC_PB 4 /* 4 rows: 8 of 16 registers with AVX, 16 of 16 (SSE2) or 32 (NEON) otherwise */
+#endif
+#endif
+#ifndef QCC_KC
+#define QCC_KC 128
+#endif
+#ifndef QCC_OS
+#define QCC_OS 64
+#endif
+#ifndef QCC_ROW
+#define QCC_ROW 32
+#endif
+/* fixed-point convolutions: QCC_FB output channels by row chunks of QCC_CHUNK positions
+   (QCC_NARROW for narrow maps); QCC_SPAN is the widest (kw - 1) * dilation the row buffer serves */
+#define QCC_FB 8
+#define QCC_CHUNK 32
+#define QCC_NARROW 8
+#define QCC_SPAN 32
+/* affine convolutions: dot products of QCC_MR weight rows with QCC_NR panel rows of at most QCC_KCI
+   taps (the weight layout pads rows to multiples of QCC_KA taps: fixed), QCC_PT positions a tile */
+#define QCC_MR 4
+#define QCC_NR 2
+#define QCC_KA 16
+#ifndef QCC_PT
+#define QCC_PT 8 /* output positions per affine tile (a multiple of QCC_NR) */
+#endif
+#ifndef QCC_KCI
+#define QCC_KCI 256 /* taps per affine panel row (a multiple of QCC_KA) */
+#endif
+#ifndef QCC_BAND
+#define QCC_BAND 8192 /* int16 elements of the transposed input rows (0: gather every tap instead) */
+#endif
+#define QCC_RING 16 /* the band serves kernels of at most this many rows */
+#if QCC_PT % QCC_NR != 0 || QCC_KCI % QCC_KA != 0 || QCC_OS % QCC_MR != 0
+#error "QCC_PT, QCC_KCI and QCC_OS must be multiples of QCC_NR, QCC_KA and QCC_MR"
+#endif
 
 typedef struct {
     int n, c, h, w, o, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group;
 } qcc_conv_t;
-""", ()),
+""", ("vector_loop",)),
     "pool_t": ("""
-/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). */
+/* Pooling window: begin pads ph/pw, end pads eh/ew (count_include_pad counts them). Maps whose
+   padded row needs at most QCC_POOLW entries pool through two row buffers of that size. */
+#ifndef QCC_POOLW
+#define QCC_POOLW 512
+#endif
 typedef struct {
     int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, eh, ew, include_pad;
 } qcc_pool_t;
 """, ()),
     # affine mode (qcc.sim.affine_int): requantization, quantization, comparison
+    "vector_loop": ("""
+/* Before a fixed-length loop meant to become vector instructions: GCC would otherwise unroll a
+   short one into scalar statements before it vectorizes loops (measured: a 16-element epilogue
+   ran 2.5x the instructions). Other compilers get nothing. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QCC_VECTOR_LOOP _Pragma("GCC unroll 1")
+#else
+#define QCC_VECTOR_LOOP
+#endif
+""", ()),
+    "madd": ("""
+/* c + a * b, fused when the target has a fast fmaf (FP_FAST_FMAF, e.g. -march with FMA): float
+   kernels only, whose results are compared with a tolerance, never bit for bit. */
+#if defined(FP_FAST_FMAF)
+#define QCC_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define QCC_MADD(a, b, c) ((c) + (a) * (b))
+#endif
+""", ()),
     "requant": ("""
-/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62). */
+/* zp + v * m / 2^s rounded half away from zero, saturated to [lo, hi] (|v * m| < 2^62, s <= 62);
+   branch-free, so loops calling it vectorize. */
 static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, int32_t hi)
 {
     const int64_t prod = v * m;
-    uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
-    int64_t r;
-    if (s > 0) {
-        mag = (mag + ((uint64_t)1 << (s - 1))) >> s;
-    }
-    r = prod < 0 ? -(int64_t)mag : (int64_t)mag;
-    return qcc_sat(r + zp, lo, hi);
+    const uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    const uint64_t q = (mag + (((uint64_t)1 << s) >> 1)) >> s;
+    const int64_t r = (prod < 0 ? -(int64_t)q : (int64_t)q) + zp;
+    return r < lo ? lo : (r > hi ? hi : (int32_t)r);
 }
-""", ("sat",)),
+""", ()),
     "quantize": ("""
 /* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
 static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)
 {
-    const float t = v / scale;
-    if (t != t) {
-        return zp;
-    }
-    if (t <= (float)(lo - zp)) {
-        return lo;
-    }
-    if (t >= (float)(hi - zp)) {
-        return hi;
-    }
+    float t = v / scale;
+    t = t != t ? 0.0f : t;
+    t = t < (float)(lo - zp) ? (float)(lo - zp) : t;
+    t = t > (float)(hi - zp) ? (float)(hi - zp) : t;
     return qcc_rint(t) + zp;
 }
 """, ("rint",)),
@@ -215,7 +265,7 @@ static int32_t qcc_min(int32_t a, int32_t b)
 """, ()),
 }
 
-MATH_HELPERS = frozenset({"expf", "tanhf", "libm"})
+MATH_HELPERS = frozenset({"expf", "tanhf", "libm", "madd"})
 
 
 class KernelSet:
@@ -224,6 +274,7 @@ class KernelSet:
     def __init__(self) -> None:
         self.code: dict[str, str] = {}
         self.uses_math = False
+        self.kernels: set[str] = set()
 
     def helper(self, name: str) -> None:
         if name in self.code:
@@ -239,7 +290,20 @@ class KernelSet:
             self.helper(helper)
         if name not in self.code:
             self.code[name] = make()
+            self.kernels.add(name)
         return name
+
+    def prune(self, body: str) -> None:
+        """Drop the kernels neither `body` nor another kernel calls (a Concat whose inputs were all
+        written in place): unused static functions are warnings, errors under -Werror."""
+        while True:
+            unused = [name for name in self.kernels if not any(
+                re.search(rf"\b{name}\(", text) for text in (body, *(c for k, c in self.code.items() if k != name)))]
+            if not unused:
+                return
+            for name in unused:
+                self.kernels.discard(name)
+                del self.code[name]
 
     def source(self) -> str:
         return "".join(self.code.values())

@@ -1,4 +1,11 @@
-"""Pooling kernels (max, average, global) in every numeric mode, one window walk for all."""
+"""Pooling kernels (max, average, global) in every numeric mode.
+
+Separable: per output row, the window's input rows are reduced column by column into a padded row
+buffer (fixed-length passes along the row), then each output reduces kw consecutive (strided)
+buffer entries, so no input element is read once per window it belongs to. Maps wider than the
+buffer (QCC_POOLW) take the window-by-window walk. Max pads with the type's lowest value, which a
+window that holds any input element never returns; averages pad with 0 and count the elements as
+the window walk does (padding counted with count_include_pad)."""
 
 from __future__ import annotations
 
@@ -26,10 +33,68 @@ def _window(kind: str) -> str:
                     we = we > p->w ? p->w : we;{clipped}"""
 
 
-def pool_loops(body: str, decls: str, kind: str) -> str:
+def separable(x: CType, acc: str, init: str, combine: str, finish: str, kind: str, load: str = "xr[ix]") -> str:
+    """The row-buffer walk: `combine` folds `v` into `slot` (columns, where `load` reads the input,
+    then windows); `finish` stores y from `r` (and `count` for averages)."""
+    counts = """
+                const int rows = p->include_pad ? (hs + p->kh < p->h + p->eh ? p->kh : p->h + p->eh - hs)
+                                                : (he < p->h ? he : p->h) - (hs < 0 ? 0 : hs);""" if kind == "avg" else ""
+    colcount = """
+                    const int ws = ox * p->sw - p->pw;
+                    const int we = ws + p->kw < p->w + p->ew ? ws + p->kw : p->w + p->ew;
+                    const long count = (long)rows * (p->include_pad ? we - ws
+                                                     : (we < p->w ? we : p->w) - (ws < 0 ? 0 : ws));""" \
+        if kind == "avg" else ""
+    return f"""    if (span <= QCC_POOLW && p->ow <= QCC_POOLW) {{
+        {acc} col[QCC_POOLW];
+        {acc} win[QCC_POOLW];
+        const int lim = p->w < span - p->pw ? p->w : span - p->pw;
+        for (b = 0; b < p->n; ++b) {{
+            for (c = 0; c < p->c; ++c) {{
+                const long plane = ((long)b * p->c + c);
+                for (oy = 0; oy < p->oh; ++oy) {{
+                    const int hs = oy * p->sh - p->ph;
+                    const int he = hs + p->kh < p->h + p->eh ? hs + p->kh : p->h + p->eh;{counts}
+                    for (ix = 0; ix < span; ++ix) {{
+                        col[ix] = {init};
+                    }}
+                    for (iy = hs < 0 ? 0 : hs; iy < (he < p->h ? he : p->h); ++iy) {{
+                        const {x.name} *restrict xr = x + (plane * p->h + iy) * p->w;
+                        for (ix = 0; ix < lim; ++ix) {{
+                            const {acc} v = {load};
+                            {acc} *restrict slot = &col[ix + p->pw];
+                            {combine}
+                        }}
+                    }}
+                    for (ox = 0; ox < p->ow; ++ox) {{
+                        win[ox] = col[ox * p->sw];
+                    }}
+                    for (t = 1; t < p->kw; ++t) {{
+                        for (ox = 0; ox < p->ow; ++ox) {{
+                            const {acc} v = col[ox * p->sw + t];
+                            {acc} *restrict slot = &win[ox];
+                            {combine}
+                        }}
+                    }}
+                    for (ox = 0; ox < p->ow; ++ox) {{{colcount}
+                        const {acc} r = win[ox];
+                        {finish}
+                    }}
+                }}
+            }}
+        }}
+        return;
+    }}
+"""
+
+
+def pool_loops(body: str, decls: str, kind: str, fast: str = "") -> str:
     return f"""
 {{
-    int b, c, oy, ox, iy, ix;
+    const int span = (p->ow - 1) * p->sw + p->kw;
+    int b, c, oy, ox, iy, ix, t;
+    (void)t;
+{fast}
     for (b = 0; b < p->n; ++b) {{
         for (c = 0; c < p->c; ++c) {{
             const long plane = ((long)b * p->c + c);
@@ -59,7 +124,12 @@ def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
                     }}
                     y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = {store};"""
     decls = f"\n                    {acc} m;"
-    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "max"),
+    lowest = str(x.lo) if x.is_int else "-HUGE_VALF"
+    ks.uses_math |= not x.is_int
+    fast = separable(x, acc, lowest, "*slot = v > *slot ? v : *slot;",
+                     f"const {acc} m = r;\n                        y[(plane * p->oh + oy) * p->ow + ox] = {store};",
+                     "max")
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "max", fast),
                      ("pool_t", *helpers))
 
 
@@ -73,12 +143,17 @@ def avgpool(ks: KernelSet, t: CType) -> str:
         store = (f"{wrap_sum}a = qcc_wrap(s / count, {t.bits});\n"
                  f"                    y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = ({t.name})qcc_wrap(\n"
                  f"                        qcc_sat(qcc_shift(a, shift), ({lo + 1} - 1), {hi}), {t.bits});")
+        finish = (f"int64_t s = r;\n                        int32_t a;\n                        {wrap_sum}"
+                  f"a = qcc_wrap(s / count, {t.bits});\n"
+                  f"                        y[(plane * p->oh + oy) * p->ow + ox] = ({t.name})qcc_wrap(\n"
+                  f"                            qcc_sat(qcc_shift(a, shift), ({lo + 1} - 1), {hi}), {t.bits});")
         decls = f"\n                    {sum_t} s = 0;\n                    long count;\n                    int32_t a;"
         params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p, int shift"
         helpers: tuple[str, ...] = ("pool_t", "sat", "shift", "wrap")
     else:
         sum_t = "float"
         store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = s / (float)count;"
+        finish = "y[(plane * p->oh + oy) * p->ow + ox] = r / (float)count;"
         decls = "\n                    float s = 0.0f;\n                    long count;"
         params = "const float *x, float *y, const qcc_pool_t *p"
         helpers = ("pool_t",)
@@ -89,7 +164,8 @@ def avgpool(ks: KernelSet, t: CType) -> str:
                         }}
                     }}
                     {store}"""
-    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "avg"), helpers)
+    fast = separable(t, sum_t, "0", "*slot += v;", finish, "avg")
+    return ks.kernel(name, lambda: f"\nstatic void {name}({params})" + pool_loops(body, decls, "avg", fast), helpers)
 
 
 def avgpool_affine(ks: KernelSet, x: CType, y: CType) -> str:
@@ -105,6 +181,9 @@ def avgpool_affine(ks: KernelSet, x: CType, y: CType) -> str:
     params = (f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, int32_t zx, const int32_t *mult, "
               "const int32_t *shift, int32_t zy")
     decls = "\n                    int32_t s = 0;\n                    long count;"
+    fast = separable(x, "int32_t", "0", "*slot += v;",
+                     f"y[(plane * p->oh + oy) * p->ow + ox] = ({y.name})qcc_requant(r, mult[count], shift[count], "
+                     f"zy, {y.lo}, {y.hi});", "avg", load="(int32_t)xr[ix] - zx")
     return ks.kernel(name, lambda: f"""
 /* The sum of (x - zx) over the window, requantized by the multiplier of its element count. */
-static void {name}({params})""" + pool_loops(body, decls, "avg"), ("pool_t", "requant"))
+static void {name}({params})""" + pool_loops(body, decls, "avg", fast), ("pool_t", "requant"))

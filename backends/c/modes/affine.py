@@ -68,40 +68,80 @@ def requant_args(x: Value, y: Value) -> list[str]:
     return [zp(x), str(m), str(s), zp(y)]
 
 
-def _layer_arrays(lw: Lowering, node: Node, transpose: bool = False) -> tuple[CType, str, str, str, str]:
-    """A Conv/Dense's weight element type and its arrays: weights (Dense's transposed to (out, in)),
-    bias, multipliers, shifts."""
+def _layer_arrays(lw: Lowering, node: Node, weights: np.ndarray) -> tuple[CType, str, str, str, str]:
+    """A Conv/Dense's weight element type and its arrays: the (centered, laid out) weights, the bias on
+    the accumulator scale, multipliers, shifts."""
     li = ai.layer_ints(node)
-    weights = li.weights.T if transpose else li.weights
-    w, wt = int_array(lw, weights, f"qcc_w_{node.name}",
-                      f"{node.input(1).name} minus its zero point" + (", transposed (out, in)" if transpose else ""))
+    w, wt = int_array(lw, weights, f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, laid out "
+                      "for the kernel")
     return (wt, w, i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale"),
             i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
             i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
 
 
+def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
+    """Requantization to the output, then the lookup table of a one-input op that alone reads it;
+    also the element type the kernel stores."""
+    y = node.outputs[0]
+    cy = lw.ctype(y)
+    ep, args = KC.affine_epilogue(cy), [zp(y)]
+    nxt = lw.consumer(y)
+    if nxt is not None and ai.is_table_op(nxt.op):
+        out = lw.ctype(nxt.outputs[0])
+        ep = KC.with_table(ep, cy, out)
+        args.append(lw.array(ai.unary_table(nxt), out, f"qcc_t_{nxt.name}", f"{nxt.op} table of {nxt.name}"))
+        lw.fuse(nxt)
+        return ep, args, out
+    return ep, args, cy
+
+
+TILED_TAPS = 96
+"""Layers with fewer taps per output (input channels x kernel size) run on the tiled kernel
+(int32 lanes, no horizontal sums); longer sums on the dot products."""
+
+
 def _conv(lw: Lowering, node: Node) -> Step:
+    """Depthwise along rows; few taps: the tiled kernel; else dot products."""
     x, y = node.input(0), node.outputs[0]
-    wt, w, bias, mult, shift = _layer_arrays(lw, node)
-    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
-    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_params(lw, node), zp(x), mult, shift, zp(y)))])
+    li = ai.layer_ints(node)
+    group = node.attrs["group"]
+    ep, extra, out = _epilogue(lw, node)
+    cx, params = lw.ctype(x), conv_params(lw, node)
+    if KC.is_depthwise(li.weights.shape, group):
+        wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
+        fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
+    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS:
+        w = lw.array(KC.pack_conv_weights(li.weights, group), INT_TYPES["int32"], f"qcc_w_{node.name}",
+                     f"{node.input(1).name} minus its zero point, blocks of {KC.WB} output channels by tap")
+        bias = i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
+        mult = i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
+        shift = i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
+        fn = KC.conv_affine_tiled(lw.kernels, cx, INT_TYPES["int32"], out, ep)
+    else:
+        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(li.weights, group))
+        fn = KC.conv_affine(lw.kernels, cx, wt, out, ep)
+    return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), bias, mult, shift, *extra))])
 
 
 def _conv_transpose(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
-    wt, w, bias, mult, shift = _layer_arrays(lw, node)
+    wt, w, bias, mult, shift = _layer_arrays(lw, node, ai.layer_ints(node).weights)
     fn = KC.conv_transpose_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), conv_transpose_params(lw, node), zp(x), mult, shift,
                                  zp(y)))])
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
+    """A 1x1 convolution of an (n, k, 1, 1) input: the convolution's dot-product kernel."""
     x, y = node.input(0), node.outputs[0]
     n, k = static_shape(x)
-    wt, w, bias, mult, shift = _layer_arrays(lw, node, transpose=True)
-    fn = KC.dense_affine(lw.kernels, lw.ctype(x), wt, lw.ctype(y))
-    return Step(node, [Call(fn, (Ptr(x), w, bias, Ptr(y), str(n), str(k), str(static_shape(y)[1]), zp(x), mult,
-                                 shift, zp(y)))])
+    m = static_shape(y)[1]
+    weights = ai.layer_ints(node).weights.T.reshape(m, k, 1, 1)
+    wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, 1))
+    ep, extra, out = _epilogue(lw, node)
+    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, out, ep)
+    geometry = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", [n, k, 1, 1, m, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1])
+    return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), geometry, zp(x), bias, mult, shift, *extra))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

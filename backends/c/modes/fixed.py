@@ -74,21 +74,45 @@ def _bias(lw: Lowering, node: Node, b: Value | None, cy: CType) -> str:
     return lw.array(data, cy, f"qcc_b_{node.name}", f"bias of {node.name} at the output's position")
 
 
+def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg]]:
+    """The saturating bias add, then the dedicated Relu when it alone reads the output and keeps
+    its width (computed as qcc_relu_* would)."""
+    y = node.outputs[0]
+    cy = lw.ctype(y)
+    ep, args = KC.fixed_epilogue(cy), []
+    nxt = lw.consumer(y)
+    if nxt is not None and nxt.op == "Relu" and fx.dedicated_problem(nxt) is None and \
+            lw.ctype(nxt.outputs[0]).bits == cy.bits:
+        ep = KC.with_fixed_relu(ep, lw.ctype(nxt.outputs[0]))
+        args.append(shift(lw, nxt, frac(y) - frac(nxt.outputs[0])))
+        lw.fuse(nxt)
+    return ep, args
+
+
 def _conv(lw: Lowering, node: Node) -> Step:
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     b = node.inputs[2] if len(node.inputs) > 2 else None
-    kh, kw = static_shape(w)[2:]
     params = conv_params(lw, node)
     require_dedicated(lw, node)
+    if w.const is None:
+        raise lw.unsupported(node, "weights must be constant")
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    fn = KC.conv_fixed(lw.kernels, cx, cw, cy, pointwise=kh * kw == 1)
-    bias = _bias(lw, node, b, cy)
     n = frac(x) + frac(w) - frac(y)
-    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, shift(lw, node, n)))])
+    rescale = shift(lw, node, n)
+    bias = _bias(lw, node, b, cy)
+    stored = fx.quantize_param(w)
+    taps = int(np.prod(stored.shape[2:]))
+    ep, extra = _epilogue(lw, node)
+    if KC.is_depthwise(stored.shape, node.attrs["group"]):
+        fn = KC.depthwise(lw.kernels, cx, cw, cy, ep, "fixed", taps, n)
+        weights = lw.const(w, node)
+    else:
+        fn = KC.conv_fixed(lw.kernels, cx, cw, cy, ep, taps, n)
+        weights = lw.const(w, node)
+    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, rescale, *extra))])
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
-    """Weights are emitted transposed (m, k) so each sum reads contiguous rows."""
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     n, k = static_shape(x)
@@ -97,10 +121,13 @@ def _dense(lw: Lowering, node: Node) -> Step:
     if w.const is None:
         raise lw.unsupported(node, "weights must be constant")
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    wt = lw.array(fx.quantize_param(w).T, cw, f"qcc_wt_{node.name}", f"{w.name} transposed (out, in)")
-    rescale = frac(x) + frac(w) - frac(y)
-    fn = KC.dense_fixed(lw.kernels, cx, cw, cy)
-    return Step(node, [Call(fn, (Ptr(x), wt, _bias(lw, node, b, cy), Ptr(y), *dims, shift(lw, node, rescale)))])
+    weights = lw.array(KC.pack_dense_weights(fx.quantize_param(w)), cw, f"qcc_w_{node.name}",
+                       f"{w.name} packed in blocks of {KC.OB} columns")
+    rescale = shift(lw, node, frac(x) + frac(w) - frac(y))
+    bias = _bias(lw, node, b, cy)
+    ep, extra = _epilogue(lw, node)
+    fn = KC.dense(lw.kernels, cx, cw, cy, ep, "fixed")
+    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), *dims, rescale, *extra))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

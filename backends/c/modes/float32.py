@@ -41,13 +41,44 @@ from qcc.ir.core import Node, Value
 from qcc.sim import fixed as fx
 
 
+def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg]]:
+    """The float epilogue of a Conv/Dense: its bias, then a BatchNorm with constant parameters and a
+    one-input activation that alone read its output, computed as their own kernels would."""
+    ep, args = KC.float_epilogue(), []
+    nxt = lw.consumer(node.outputs[0])
+    if nxt is not None and nxt.op == "BatchNorm" and all(v is not None and v.const is not None
+                                                          for v in nxt.inputs[1:5]):
+        ep = KC.with_batchnorm(ep)
+        args += shared.batchnorm_arrays(lw, nxt)
+        lw.fuse(nxt)
+        nxt = lw.consumer(nxt.outputs[0])
+    if nxt is not None and nxt.op in KE.UNARY:
+        stmts, params, helpers = KE.UNARY[nxt.op]
+        ep = KC.with_unary(ep, nxt.op, stmts, params, helpers)
+        args += shared.unary_params(lw, nxt)
+        lw.fuse(nxt)
+    return ep, args
+
+
 def _conv(lw: Lowering, node: Node) -> Step:
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     params = conv_params(lw, node)
-    fn = KC.conv_f32(lw.kernels)
     bias = lw.const(b, node) if b is not None else "NULL"
-    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params))])
+    if w.const is None:
+        raise lw.unsupported(node, "weights must be constant")
+    _, stored, comment = lw.mode.param(lw, w, node)
+    group = node.attrs["group"]
+    ep, extra = _epilogue(lw, node)
+    if KC.is_depthwise(stored.shape, group):
+        fn = KC.depthwise(lw.kernels, FLOAT, FLOAT, FLOAT, ep, "float")
+        weights = lw.const(w, node)
+    else:
+        fn = KC.conv_float(lw.kernels, ep)
+        weights = lw.array(KC.pack_conv_weights(np.asarray(stored, dtype=np.float32), group), FLOAT,
+                           f"qcc_w_{node.name}", f"{comment}, blocks of {KC.WB} output channels by taps "
+                           "(ky, kx, input channel)")
+    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, *extra))])
 
 
 def _conv_transpose(lw: Lowering, node: Node) -> Step:
@@ -62,9 +93,15 @@ def _dense(lw: Lowering, node: Node) -> Step:
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     n, k = static_shape(x)
-    fn = KC.dense_f32(lw.kernels)
+    if w.const is None:
+        raise lw.unsupported(node, "weights must be constant")
+    _, stored, comment = lw.mode.param(lw, w, node)
+    ep, extra = _epilogue(lw, node)
+    fn = KC.dense(lw.kernels, FLOAT, FLOAT, FLOAT, ep, "float")
+    weights = lw.array(KC.pack_dense_weights(np.asarray(stored, dtype=np.float32)), FLOAT, f"qcc_w_{node.name}",
+                       f"{comment}, packed in blocks of {KC.OB} columns")
     bias = lw.const(b, node) if b is not None else "NULL"
-    return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), str(n), str(k), str(static_shape(y)[1])))])
+    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), str(n), str(k), str(static_shape(y)[1]), *extra))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

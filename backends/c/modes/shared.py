@@ -23,11 +23,9 @@ from qcc.sim import affine_int as ai
 from qcc.sim import fixed as fx
 
 
-def unary(lw: Lowering, node: Node) -> Step:
-    """A one-input activation in float32 between the getter of x and the setter of y."""
-    x, y = node.input(0), node.outputs[0]
-    cx, cy = lw.ctype(x), lw.ctype(y)
-    extra = []
+def unary_params(lw: Lowering, node: Node) -> list[Arg]:
+    """The float parameters of a one-input activation (kernels.elementwise.UNARY), as C literals."""
+    extra: list[Arg] = []
     for key in KE.UNARY[node.op][1]:
         if node.op == "Gelu":
             extra.append("1.0f" if node.attrs["approximate"] == "tanh" else "0.0f")
@@ -38,8 +36,15 @@ def unary(lw: Lowering, node: Node) -> Step:
             extra.append(("-HUGE_VALF" if key == "lo" else "HUGE_VALF") if bound is None else float_literal(bound))
         else:
             extra.append(float_literal(node.attrs[key]))
+    return extra
+
+
+def unary(lw: Lowering, node: Node) -> Step:
+    """A one-input activation in float32 between the getter of x and the setter of y."""
+    x, y = node.input(0), node.outputs[0]
+    cx, cy = lw.ctype(x), lw.ctype(y)
     fn = KE.unary(lw.kernels, node.op, cx, cy)
-    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), *lw.scales(x, y), *extra))])
+    step = Step(node, [Call(fn, (Ptr(x), Ptr(y), str(numel(y)), *lw.scales(x, y), *unary_params(lw, node)))])
     step.inplace = (0,) if cx.size == cy.size else ()
     return step
 
@@ -55,17 +60,22 @@ def softmax(lw: Lowering, node: Node) -> Step:
     return step
 
 
-def batchnorm(lw: Lowering, node: Node) -> Step:
-    """Float32 between the getter and the setter (every mode; parameters computed by qcc)."""
-    x, y = node.input(0), node.outputs[0]
+def batchnorm_arrays(lw: Lowering, node: Node) -> list[Arg]:
+    """mean, gamma, beta and sqrt(var + eps) as float32 arrays (computed by qcc.sim.fixed)."""
     params = [node.input(i) for i in range(1, 5)]
     for value in params:
         if value.const is None:
             raise lw.unsupported(node, f"parameter {value.name!r} is not a constant")
     stored = [np.zeros(0)] + [fx.quantize_param(v) for v in params]
     arrays = fx.batchnorm_params(node, stored)
-    names = [lw.array(a.astype(np.float32), FLOAT, f"qcc_bn_{node.name}_{what}", f"{node.name} {what}")
-             for a, what in zip(arrays, ("mean", "gamma", "beta", "std"))]
+    return [lw.array(a.astype(np.float32), FLOAT, f"qcc_bn_{node.name}_{what}", f"{node.name} {what}")
+            for a, what in zip(arrays, ("mean", "gamma", "beta", "std"))]
+
+
+def batchnorm(lw: Lowering, node: Node) -> Step:
+    """Float32 between the getter and the setter (every mode; parameters computed by qcc)."""
+    x, y = node.input(0), node.outputs[0]
+    names = batchnorm_arrays(lw, node)
     shape = static_shape(x)
     inner = int(np.prod(shape[2:]))
     fn = KN.batchnorm(lw.kernels, lw.ctype(x), lw.ctype(y))

@@ -1,0 +1,255 @@
+"""Target c's blocked kernels: every code path bit-exact in the integer modes at any tiling and
+instruction set, float within the error bound of its summations, fused epilogues, ARCH_FLAGS.
+
+The kernels choose paths by geometry (panel or direct input rows, band or gather, dot products or
+tiles, separable pooling or the window walk) and by the tiling macros (QCC_PB, QCC_KC, QCC_KCI,
+QCC_OS, QCC_BAND, QCC_POOLW); tiny tiles force every split, every edge and every fallback. The
+oracles are qcc.sim.fixed / qcc.sim.affine_int (bit for bit) and a float64 convolution (float).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qcc.backends.c import BACKEND
+from qcc.backends.c.emit import generate
+
+import qcc.driver
+from qcc.ir.core import Graph, Model, Value
+from qcc.ir.ops.nn import conv2d
+from qcc.ir.types import TensorType
+from qcc.plan import ArenaPlan
+from qcc.pm import PassContext, PassManager, build_passes
+from qcc.sim.affine_int import run_affine_int
+from qcc.sim.fixed import run_fixed
+from qcc.sim.interpreter import run_model
+from tests.fixed_models import annotate_fixed
+from tests.test_backend_c import HARNESS, STRICT, make_and_run, run_c
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits"
+TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=0", "-DQCC_POOLW=4")
+"""Tiles so small that every panel is split, every superblock and k-block has a remainder and
+the band and the pooling row buffers fall back to their window walks."""
+SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+
+
+def native_flags() -> tuple[str, ...]:
+    """-O3 -march=native when gcc takes it here (the instruction set the bench measures)."""
+    probe = subprocess.run(["gcc", "-march=native", "-E", "-x", "c", "-"], input="", capture_output=True, text=True)
+    return ("-O3", "-march=native") if probe.returncode == 0 else ("-O3",)
+
+
+FLAGS = {"portable": ("-O3",), "native": native_flags(), "tiny-sanitized": (*SANITIZE, *TINY)}
+
+
+def kernel_model() -> Model:
+    """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated, 1x1 (direct
+    rows; grouped), depthwise, a long sum (dot products), Dense; Relu and BatchNorm after convs
+    (fused epilogues); overlapping max and average pooling; the global ones."""
+    rng = np.random.default_rng(11)
+    g = Graph("kernels")
+    x = g.add_input("x", TensorType("float32", ("N", 6, 11, 13)))
+
+    def const(name: str, *shape: int) -> Value:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+
+    c1 = g.add("Conv", x, const("w1", 20, 6, 3, 3), const("b1", 20), name="c3x3", pads=[1, 1, 1, 1])
+    r1 = g.add("Relu", c1, name="r1")
+    c2 = g.add("Conv", r1, const("w2", 18, 20, 3, 3), const("b2", 18), name="strided", strides=[2, 2],
+               pads=[0, 1, 1, 0], dilations=[1, 2])
+    c3 = g.add("Conv", r1, const("w3", 20, 5, 1, 1), name="pw_grouped", group=4)
+    c4 = g.add("Conv", c3, const("w4", 20, 1, 3, 3), const("b4", 20), name="depthwise", group=20, pads=[1, 1, 1, 1])
+    c5 = g.add("Conv", c4, const("w5", 24, 20, 3, 3), const("b5", 24), name="long_sum", pads=[1, 1, 1, 1])
+    r5 = g.add("Relu", c5, name="r5")
+    c6 = g.add("Conv", r5, const("w6", 9, 24, 1, 1), const("b6", 9), name="pointwise")
+    mp = g.add("MaxPool", r5, name="maxpool", kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True)
+    ap = g.add("AvgPool", r5, name="avgpool", kernel=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1],
+               count_include_pad=False)
+    gp = g.add("GlobalAvgPool", c6, name="gap")
+    gm = g.add("GlobalMaxPool", c2, name="gmp")
+    fc = g.add("Dense", g.add("Flatten", gp, name="flat"), const("wfc", 9, 7), const("bfc", 7), name="fc")
+    g.outputs = [c2, c6, mp, ap, gm, fc]
+    return Model(g)
+
+
+def build(model: Model, directory: Path, flags: tuple[str, ...]) -> Path:
+    BACKEND.write(model, directory)
+    name = directory.name
+    (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
+    exe = directory / "harness"
+    proc = subprocess.run(["gcc", *STRICT, *flags, "-o", str(exe), str(directory / "harness.c"),
+                           str(directory / f"{name}.c"), "-lm"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return exe
+
+
+def flat_outputs(model: Model, results: dict[str, np.ndarray], n: int) -> np.ndarray:
+    return np.concatenate([results[v.name].reshape(n, -1) for v in model.graph.outputs], axis=1)
+
+
+def out_size(model: Model) -> int:
+    return sum(int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape])) for v in model.graph.outputs)
+
+
+def affine(model: Model, calib: dict[str, np.ndarray], dtype: str) -> Model:
+    ctx = PassContext()
+    ctx.calib_data = calib
+    return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}}}")).run(model, ctx).model
+
+
+@pytest.mark.parametrize("flags", list(FLAGS))
+@pytest.mark.parametrize("mode", ["fixed8", "fixed16", "int8", "uint8"])
+def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -> None:
+    rng = np.random.default_rng(len(mode) + len(flags))
+    model = kernel_model()
+    calib = {"x": rng.standard_normal((8, 6, 11, 13)).astype(np.float32)}
+    if mode.startswith("fixed"):
+        bits = int(mode[5:])
+        annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
+    else:
+        model = affine(model, calib, mode)
+    source = tmp_path / "k" / "k.c"
+    exe = build(model, tmp_path / "k", FLAGS[flags])
+    text = source.read_text()
+    if mode.startswith("int") or mode.startswith("uint"):  # the dot products, band and gathered, and rows
+        assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_dwconv_" in text
+    x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
+    got = run_c(exe, x, out_size(model))
+    results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})
+    want = flat_outputs(model, results, len(x))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("flags", list(FLAGS))
+def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags: str) -> None:
+    """|c - exact| <= gamma_n * sum |x_i w_i| + |b| (n terms, gamma_n = n u / (1 - n u), u = 2^-24):
+    Higham's bound for a float32 sum of products in any order, fused or not. The kernels reorder
+    and fuse the sums, so this, not bit equality with another program, is what they promise."""
+    rng = np.random.default_rng(5)
+    model = kernel_model()
+    convs = [n for n in model.graph.nodes if n.op == "Conv"]
+    model.graph.outputs = [n.outputs[0] for n in convs]  # Relu still reads c3x3 and long_sum: not fused
+    x = rng.standard_normal((3, 6, 11, 13)).astype(np.float32)
+    exe = build(model, tmp_path / "f", FLAGS[flags])
+    got = run_c(exe, x, out_size(model))
+    u = 2.0**-24
+    offset = 0
+    values: dict[int, np.ndarray] = {id(model.graph.inputs[0]): x.astype(np.float64)}
+    for node in model.graph.nodes:
+        inputs = [values.get(id(v)) if v is not None and v.const is None else
+                  (v.const.astype(np.float64) if v is not None and v.const is not None else None)
+                  for v in node.inputs]
+        if node.op == "Conv":
+            xin, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+            assert xin is not None and w is not None
+            exact = conv2d(xin, w, b, node.attrs, accumulate=np.float64)
+            magnitude = conv2d(np.abs(xin), np.abs(w), np.abs(b) if b is not None else None, node.attrs,
+                               accumulate=np.float64)
+            terms = int(np.prod(w.shape[1:])) + 1
+            gamma = terms * u / (1 - terms * u)
+            width = int(np.prod(exact.shape[1:]))
+            mine = got[:, offset:offset + width].reshape(exact.shape).astype(np.float64)
+            offset += width
+            # the layer's own rounding, plus what its (already rounded) input carries from before
+            assert np.all(np.abs(mine - exact) <= gamma * magnitude + 1e-30), (node.name, flags)
+            values[id(node.outputs[0])] = mine  # the next layer reads what C computed
+        elif node.op == "Relu":
+            values[id(node.outputs[0])] = np.maximum(inputs[0], 0)  # type: ignore[arg-type]
+
+
+def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
+    """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
+    table in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
+    BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
+    are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
+    out = tmp_path / "d_f32"
+    qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
+    body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
+    assert "qcc_conv_f32_bn_relu(" in body and "qcc_batchnorm" not in body
+    assert "relu1 (Relu): computed by the kernel of bn1" in body
+    for scheme, fused in (("int8", "_tq8("), ("fixed8", "_relu(")):
+        out = tmp_path / f"d_{scheme}"
+        qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, quantize=scheme, calib=str(DIGITS / "calib.npz"))
+        body = (out / f"d_{scheme}.c").read_text().split(f"d_{scheme}_run_with_arena")[1]
+        assert fused in body and "relu1 (Relu): computed by the kernel of " in body
+
+
+def test_makefile_takes_arch_flags_over_a_portable_default(tmp_path: Path) -> None:
+    out = tmp_path / "mk"
+    qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, quantize="int8", calib=str(DIGITS / "calib.npz"))
+    portable = subprocess.run(["make", "-n", "-C", str(out)], capture_output=True, text=True, check=True).stdout
+    assert "-std=c99 -O3" in portable and "-march" not in portable and "-ffp-contract=off" in portable
+    native = subprocess.run(["make", "-n", "-C", str(out), "ARCH_FLAGS=-O3 -march=native"], capture_output=True,
+                            text=True, check=True).stdout
+    assert "-O3 -march=native" in native
+    x = make_and_run(out, f"ARCH_FLAGS={' '.join(native_flags())}")
+    model, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / "again", quantize="int8",
+                                  calib=str(DIGITS / "calib.npz"))
+    want = run_affine_int(model, {"x": x})["logits"].reshape(-1)
+    assert np.array_equal(np.fromfile(out / "out.bin", dtype="<f4"), want)
+
+
+def fire_model() -> Model:
+    """Conv -> BatchNorm -> Relu, then a SqueezeNet fire module (two Conv -> Relu branches into a
+    Concat): the memory plan gives the BatchNorm and the Concat buffers of their own."""
+    rng = np.random.default_rng(3)
+    g = Graph("fire")
+    x = g.add_input("x", TensorType("float32", ("N", 3, 12, 12)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    c0 = g.add("Conv", x, const("w0", 8, 3, 3, 3), const("b0", 8), name="c0", pads=[1, 1, 1, 1])
+    bn = g.add("BatchNorm", c0, *(g.add_constant(f"bn_{k}", rng.uniform(0.5, 1.5, 8).astype(np.float32))
+                                  for k in ("scale", "bias", "mean", "var")), name="bn")
+    sq = g.add("Relu", g.add("Conv", g.add("Relu", bn, name="r0"), const("ws", 4, 8, 1, 1), const("bs", 4),
+                             name="squeeze"), name="rs")
+    e1 = g.add("Relu", g.add("Conv", sq, const("we1", 6, 4, 1, 1), const("be1", 6), name="e1"), name="re1")
+    e3 = g.add("Relu", g.add("Conv", sq, const("we3", 6, 4, 3, 3), const("be3", 6), name="e3", pads=[1, 1, 1, 1]),
+               name="re3")
+    cat = g.add("Concat", e1, e3, name="cat", axis=1)
+    g.outputs = [g.add("Conv", cat, const("wo", 5, 12, 1, 1), name="head")]
+    return Model(g)
+
+
+def test_kernels_write_concatenated_and_fused_values_in_place(tmp_path: Path) -> None:
+    """Conv -> Relu branches write their slices of a float Concat, and a convolution whose fused
+    BatchNorm got a buffer of its own writes there: no copy after them, unless something the kernel
+    reads, or something live until the consumer runs, overlaps those bytes (then the copy stays).
+    Outputs stay the float interpreter's (1e-4 of their largest magnitude: summation order)."""
+    x = np.random.default_rng(4).standard_normal((3, 3, 12, 12)).astype(np.float32)
+    model = fire_model()
+    buffers = generate(model, "fire").layout.buffers
+    ends = np.cumsum([0] + [-(-b.size // 64) * 64 for b in buffers])
+    offsets = {b.name: int(e) for b, e in zip(buffers, ends)}
+    apart = ArenaPlan(offsets, int(ends[-1]), 0, "apart", False, 64)
+    # the Concat over the squeeze output (across both slices), which both branches read: e3 reads it
+    # for the last time at the step that would write the second slice
+    top = int(ends[-1])
+    over = ArenaPlan({**offsets, "squeeze": top + 2304, "cat": top}, top + 6912, 0, "over", False, 64)
+    for plan, in_place in ((over, 0), (apart, 2)):
+        model = fire_model()
+        model.products.put(plan)
+        exe = build(model, tmp_path / f"fire{in_place}", FLAGS["tiny-sanitized"])
+        body = (tmp_path / f"fire{in_place}" / f"fire{in_place}.c").read_text().split("_run_with_arena")[1]
+        assert body.count("written in place by its producer") == in_place
+        assert body.count("qcc_concat_f32_f32(") == 2 - in_place
+        want = flat_outputs(model, run_model(model, {"x": x}), len(x))
+        assert np.max(np.abs(run_c(exe, x, out_size(model)) - want)) <= 1e-4 * np.max(np.abs(want))
+    out = tmp_path / "d_f32"
+    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)  # plan-memory: BatchNorms own buffers
+    body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
+    assert "bn2 (BatchNorm): computed by the kernel of conv2 into its own buffer" in body
+    assert "bn1 (BatchNorm): a copy" in body  # its buffer is the input conv1 reads
+    exe = build(digits, tmp_path / "d_san", FLAGS["tiny-sanitized"])
+    xd = np.load(DIGITS / "test.npz")["x"][:20]
+    want = flat_outputs(digits, run_model(digits, {"x": xd}), len(xd))
+    assert np.max(np.abs(run_c(exe, xd, out_size(digits)) - want)) <= 1e-4 * np.max(np.abs(want))

@@ -521,7 +521,8 @@ def test_compiles_are_byte_identical_whatever_the_hash_seed_and_clock(tmp_path: 
         directory = tmp_path / f"run{run}"
         directory.mkdir()
         jobs = [(str(model), str(data), backend, SCHEMES[backend][0], str(directory / f"{name}-{backend}{SCHEMES[backend][1]}"))
-                for name, (model, data) in models.items() for backend in backends]
+                for name, (model, data) in models.items() for backend in backends
+                if name == "digits" or SCHEMES[backend][0] in ("none", "int8")]  # squeezenet: a graph with Concat, cheaply
         proc = subprocess.run([sys.executable, "-c", COMPILE_ALL, json.dumps(jobs)], capture_output=True, text=True,
                               cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": hash_seed, "TZ": zone}, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 2026
-CASES = {"onnx": 600, "npz": 300, "nnp": 300, "nnb": 600, "yaml": 500,
+CASES = {"onnx": 300, "npz": 150, "nnp": 150, "nnb": 300, "yaml": 250,
          # issue 20's classes (bench/fuzz_classes.py): generated, each case a folder
          "external": 150, "hdf5": 60, "special": 100, "dtype": 300, "bomb": 24, "outputs": 60}
 ALWAYS_REFUSED = ("special", "bomb")  # no case of theirs is a readable input

@@ -48,10 +48,16 @@ class Run:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def _cap(address_space: int | None) -> Callable[[], None] | None:
-    if address_space is None:
-        return None
-    return lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+def _cap(address_space: int | None) -> Callable[[], None]:
+    """The child as a user starts qcc from a terminal: SIGINT at its default even when the suite
+    itself runs as a background job (which starts with SIGINT ignored), and the memory cap."""
+
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    return prepare
 
 
 # A forked child's ru_maxrss starts at the parent's RSS (the kernel keeps the pre-exec high-water

@@ -328,6 +328,8 @@ def test_broken_plugin_is_one_line_and_no_plugins_still_lists_builtins(tmp_path:
         assert "Traceback" not in line
     compile_error = run_qcc("compile", "m.onnx", "-o", "o.onnx", pythonpath=tmp_path)
     one_line_error(compile_error, *needles)
+    if case != "import-error":  # switching plugins off never loads one: one kind of breakage shows it
+        return
     for off in (run_qcc("passes", "--no-plugins", pythonpath=tmp_path),
                 run_qcc("--no-plugins", "passes", pythonpath=tmp_path),
                 run_qcc("passes", pythonpath=tmp_path, QCC_DISABLE_PLUGIN_AUTOLOAD="1")):

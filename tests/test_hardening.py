@@ -605,15 +605,9 @@ def test_a_stack_trace_only_with_debug(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- .pt2
-def _rewrite(src: Path, dst: Path, edit: Callable[[str, bytes], bytes]) -> None:
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            zout.writestr(info, edit(info.filename, zin.read(info)))
-
-
-def test_pt2_loading_runs_no_code_from_the_file(tmp_path: Path) -> None:
+def small_pt2(path: Path) -> Path:
+    """A torch.export program of Linear(4, 3) then ReLU, saved at `path`."""
     torch = pytest.importorskip("torch")
-    import qcc.driver
 
     class Small(torch.nn.Module):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -623,8 +617,21 @@ def test_pt2_loading_runs_no_code_from_the_file(tmp_path: Path) -> None:
         def forward(self, x: object) -> object:
             return torch.relu(self.fc(x))
 
-    good = tmp_path / "good.pt2"
-    torch.export.save(torch.export.export(Small().eval(), (torch.randn(2, 4),)), str(good))
+    torch.export.save(torch.export.export(Small().eval(), (torch.randn(2, 4),)), str(path))
+    return path
+
+
+def rewrite_zip(src: Path, dst: Path, edit: Callable[[str, bytes], bytes]) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info, edit(info.filename, zin.read(info)))
+
+
+def test_pt2_loading_runs_no_code_from_the_file(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import qcc.driver
+
+    good = small_pt2(tmp_path / "good.pt2")
     markers = {name: tmp_path / f"executed-{name}" for name in ("inputs", "weights", "expression")}
 
     class Payload:
@@ -660,7 +667,7 @@ def test_pt2_loading_runs_no_code_from_the_file(tmp_path: Path) -> None:
     paths = {}
     for name, edit in evil.items():
         paths[name] = tmp_path / f"{name}.pt2"
-        _rewrite(good, paths[name], edit)
+        rewrite_zip(good, paths[name], edit)
     # the files are genuinely hostile: torch.export.load on its own runs each payload
     for path in paths.values():
         with contextlib.suppress(Exception):

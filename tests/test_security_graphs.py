@@ -25,7 +25,7 @@ import qcc
 from qcc.errors import InvalidInputError, UsageError
 from tests.cli_util import DIGITS, ROOT
 from tests.onnx_zoo import ort_run
-from tests.test_hardening import one_error, run_all, run_qcc
+from tests.test_hardening import one_error, rewrite_zip, run_all, run_qcc, small_pt2
 
 MODEL = DIGITS / "digits_cnn.onnx"
 
@@ -149,25 +149,14 @@ def test_a_batch_size_that_is_not_positive_is_a_usage_error(tmp_path: Path, size
 
 
 def _bad_pt2(tmp_path: Path) -> Path:
-    torch = pytest.importorskip("torch")
-
-    class Small(torch.nn.Module):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = torch.nn.Linear(4, 3)
-
-        def forward(self, x: object) -> object:
-            return self.fc(x)
-
-    good = tmp_path / "good.pt2"
-    torch.export.save(torch.export.export(Small().eval(), (torch.randn(2, 4),)), str(good))
     bad = tmp_path / "bad.pt2"
-    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.endswith("models/model.json"):  # an op torch cannot resolve: it logs a traceback
-                data = data.replace(b"torch.ops.aten.linear.default", b"torch.ops.aten.nosuch.default", 1)
-            zout.writestr(info, data)
+
+    def unresolvable(name: str, data: bytes) -> bytes:  # an op torch cannot resolve: it logs a traceback
+        if not name.endswith("models/model.json"):
+            return data
+        return data.replace(b"torch.ops.aten.linear.default", b"torch.ops.aten.nosuch.default", 1)
+
+    rewrite_zip(small_pt2(tmp_path / "good.pt2"), bad, unresolvable)
     return bad
 
 

@@ -4,6 +4,8 @@
   within `rtol` of the output's scale, and the ONNX qcc writes back runs in onnxruntime to the same.
 - `check_qdq`: the uint8 QDQ model onnxruntime runs is within one output step of qcc's fake-quant
   simulator (ONNX Runtime and qcc round float kernels' results differently, at most one step).
+- `check_torch`: a torch module imported through torch.export emits the expected IR ops and qcc's
+  interpreter matches torch within `atol`.
 - `check_c`: the gcc-built C program in float within `rtol` of the reference kernels, and in
   affine int8 bit for bit what `qcc.sim.affine_int` computes.
 """
@@ -112,3 +114,12 @@ def check_c(tmp: Path, build_model: Any, feeds: dict[str, np.ndarray], rtol: flo
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     compiled.metadata["test.report"] = report
     return compiled
+
+
+def check_torch(net: Any, x: Any, ops: list[str], atol: float) -> Model:
+    """`net` (eval mode) on the torch tensor `x`: imported as `ops`, and qcc's output within `atol` of torch's."""
+    model = qcc.load(net, example_inputs=x)
+    assert [n.op for n in model.graph.nodes] == ops
+    got = qcc.run(model, {model.graph.inputs[0].name: x.numpy()})[model.graph.outputs[0].name]
+    np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=0, atol=atol)
+    return model

@@ -11,7 +11,7 @@ from onnx import helper
 
 import qcc
 from qcc.ir import Graph, Model, TensorType
-from tests.op_check import check_c, check_onnx, check_qdq, needs_gcc, onnx_model
+from tests.op_check import check_c, check_onnx, check_qdq, check_torch, needs_gcc, onnx_model
 
 SHAPE = (2, 4, 5, 6)
 
@@ -61,12 +61,7 @@ def test_torch_prelu_mish_silu_hardswish() -> None:
             f = torch.nn.functional
             return f.hardswish(f.silu(f.mish(self.prelu(x))))
 
-    net = Net().eval()
-    x = torch.from_numpy(feeds()["x"])
-    model = qcc.load(net, example_inputs=x)
-    assert [n.op for n in model.graph.nodes] == ["PRelu", "Mish", "Silu", "HardSwish"]
-    got = qcc.run(model, {model.graph.inputs[0].name: x.numpy()})[model.graph.outputs[0].name]
-    np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=0, atol=2e-6)
+    check_torch(Net().eval(), torch.from_numpy(feeds()["x"]), ["PRelu", "Mish", "Silu", "HardSwish"], atol=2e-6)
 
 
 def test_nnabla_prelu_mish_swish(tmp_path: Path) -> None:

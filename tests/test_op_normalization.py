@@ -14,7 +14,7 @@ from onnx import helper
 import qcc
 from qcc.errors import UnsupportedError
 from qcc.ir import Graph, Model, TensorType
-from tests.op_check import check_c, check_onnx, check_qdq, needs_gcc, onnx_model
+from tests.op_check import check_c, check_onnx, check_qdq, check_torch, needs_gcc, onnx_model
 
 SHAPE = (2, 8, 6, 5)
 RNG = np.random.default_rng(7)
@@ -57,12 +57,7 @@ def test_torch_normalizations() -> None:
         def forward(self, x: object) -> object:
             return self.inorm(self.gn(self.ln(x)))
 
-    net = Net().eval()
-    x = torch.from_numpy(feeds()["x"])
-    model = qcc.load(net, example_inputs=x)
-    assert [n.op for n in model.graph.nodes] == ["LayerNorm", "GroupNorm", "InstanceNorm"]
-    got = qcc.run(model, {model.graph.inputs[0].name: x.numpy()})[model.graph.outputs[0].name]
-    np.testing.assert_allclose(got, net(x).detach().numpy(), rtol=0, atol=1e-5)
+    check_torch(Net().eval(), torch.from_numpy(feeds()["x"]), ["LayerNorm", "GroupNorm", "InstanceNorm"], atol=1e-5)
 
 
 def test_nnabla_normalizations(tmp_path: Path) -> None:

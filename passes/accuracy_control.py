@@ -211,4 +211,4 @@ def labelled_feeds(model: Model, data: Any, source: str, batch_size: int) -> tup
         return {}, None
     feeds = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
     labelled = all(p[1] is not None for p in parts)
-    return feeds, np.concatenate([p[1] for p in parts]) if labelled else None  # type: ignore[misc]
+    return feeds, np.concatenate([p[1] for p in parts if p[1] is not None]) if labelled else None

@@ -296,15 +296,13 @@ def calibration_batches(model: Model, ctx: PassContext, samples: int,
                         batch_size: int) -> Iterator[dict[str, np.ndarray]]:
     """The first `samples` calibration samples in batches (a static batch dimension wins; a
     remainder it cannot hold is dropped)."""
-    from qcc.data import bind_inputs
+    from qcc.data import bound_batches
 
-    data = {} if ctx.calib_data is None else calibration_data(ctx, "calibration", samples)
-    feeds, _ = bind_inputs(model, dict(data), ctx.calib_name)
-    count = min(len(next(iter(feeds.values()))), samples) if feeds else 0
-    static = [v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)]
-    batch = int(static[0]) if static else batch_size
-    for start in range(0, count - count % batch if static else count, batch):
-        yield {k: v[start:start + batch] for k, v in feeds.items()}
+    if ctx.calib_data is None:
+        return
+    first = {k: v[:samples] for k, v in calibration_data(ctx, "calibration", samples).items()}
+    for feeds, _ in bound_batches(model, first, ctx.calib_name, batch_size, "post-training calibration"):
+        yield feeds
 
 
 def register_refinement(model: Model, refinement: Any) -> None:

@@ -209,3 +209,34 @@ def test_sharded_accuracy_search_ends_where_the_single_process_ends(tmp_path: Pa
     else:
         assert not section["met"] and section["evaluations"] >= 10 and single[1]  # the refused promotion's note
     assert accuracy_run(tmp_path, "two.onnx", max_drop, workers=2) == single
+
+
+def test_sharded_bias_correction_is_identical(model_file: Path, data: dict[str, np.ndarray],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A static-batch model's bias correction is measured batch by batch: on 2 workers each runs
+    half the batches, and the shifts are the single process's, bit for bit."""
+    from qcc.passes import bias_correct
+    from qcc.passes.calibrate import Calibrate
+    from qcc.passes.quantize_affine import QuantizeAffine
+
+    from qcc.pm.base import PassContext
+    from qcc.pm.manager import PassManager
+
+    model = load(str(model_file))
+    PassManager([Calibrate(), QuantizeAffine()]).run(model, PassContext(calib_data=data))
+    layers = [n for n in model.graph.nodes if bias_correct._correctable(n)]
+    parts = [{"x": data["x"][i:i + 1]} for i in range(SAMPLES)]
+    single = bias_correct.own_errors(model, layers, parts)
+    shards: list[int] = []
+    spread = Workers.map
+
+    def spy(self: Workers, fn: Any, items: Any) -> Any:
+        shards.extend(len(item.parts) for item in items)
+        return spread(self, fn, items)
+
+    monkeypatch.setattr(Workers, "map", spy)
+    sharded = bias_correct.own_errors(model, layers, parts, Workers(2))
+    assert shards == [6, 7]  # two workers, half the batches each
+    assert len(single) == len(layers) == 3
+    assert single.keys() == sharded.keys()
+    assert all(np.array_equal(single[k], sharded[k]) for k in single)

@@ -130,3 +130,20 @@ def test_inexpressible_pads_are_one_line_naming_node_and_pads(tmp_path: Path, pr
     message = str(exc.value)
     assert f"'{node}'" in message and pads in message and "nnb" in message and "\n" not in message
     assert not out.exists()
+
+
+def test_nnp_writer_shares_the_rule_and_nnabla_agrees(tmp_path: Path) -> None:
+    """The .nnp writer emits the same ignore_border=False pools (one rule); nnabla runs the file
+    to onnxruntime's output."""
+    import onnxruntime as ort
+
+    from tests.nnabla_zoo import nnabla_run
+
+    source = tmp_path / "same.onnx"
+    source.write_bytes(same_pool_proto())
+    x = images(3)
+    want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    qcc.compile(source, tmp_path / "same.nnp")
+    got, functions = nnabla_run(tmp_path / "same.nnp", x)
+    assert "MaxPooling" in functions and "AveragePooling" in functions
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())))

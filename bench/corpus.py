@@ -515,7 +515,8 @@ activations, per channel; with
 `quant_pre_process` first as documented, again without it where the pre-processed model is
 invalid, and per tensor where per-channel fails: quantize_static writes per-axis
 DequantizeLinear, which is invalid below opset 13). Both QDQ files run in onnxruntime with all
-optimizations (its integer kernels).
+optimizations (its integer kernels). The .nnb column is FIXED8 (power-of-two scales): the file run
+by nnablart (`QCC_NNABLART`; else qcc's emulation of it), bit-exact or not with qcc.sim.fixed.
 Re-run after new ops land: `bench/corpus.py` (the archives stay in the cache).
 """
 

@@ -1,6 +1,6 @@
 """Post-training quantization where it breaks (issue 18): each technique's effect and its cost.
 
-    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed8,time] [--no-write]
+    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed8,time] [--nets torchvision] [--no-write]
 
 Models (tests/ptq_models.py, nothing downloaded): the MobileNetV2-style digits network (dead
 channels: folded depthwise ranges > 100x apart), torchvision's mobilenet_v2 with random weights
@@ -341,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed8,time")
     ap.add_argument("--c-samples", type=int, default=40, help="test images run through the C program")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--nets", default="", help="time section: only the nets whose name contains one of these "
+                                                 "comma-separated words (default all)")
     args = ap.parse_args(argv)
     wanted = args.sections.split(",")
     load_start = os.getloadavg()[0]
@@ -350,11 +352,14 @@ def main(argv: list[str] | None = None) -> None:
         test = np.load(DIGITS / "test.npz")
         digits = NetFiles(DIGITS / "digits_cnn.onnx", DIGITS / "calib.npz", DIGITS / "test.npz", test["x"],
                           test["labels"])
-        needs_mobilenet = {"mobilenet", "w4a8", "fixed8", "time"} & set(wanted)
+        words = [w for w in args.nets.split(",") if w]
+        timed_mobilenet = "time" in wanted and (not words or any(w in "MobileNetV2-style digits" for w in words))
+        needs_mobilenet = {"mobilenet", "w4a8", "fixed8"} & set(wanted) or timed_mobilenet
         mobilenet = mobilenet_files(work) if needs_mobilenet else None
         torchvision = torchvision_files(work) if {"torchvision", "time"} & set(wanted) else None
         nets = {"digits CNN": digits, **({"MobileNetV2-style digits": mobilenet} if mobilenet else {})}
         timed = {**nets, **({"torchvision mobilenet_v2 96x96": torchvision} if torchvision else {})}
+        timed = {k: v for k, v in timed.items() if not words or any(w in k for w in words)}
         builders = {
             "mobilenet": lambda: mobilenet_section(mobilenet, work),  # type: ignore[arg-type]
             "torchvision": lambda: torchvision_section(torchvision, work),  # type: ignore[arg-type]

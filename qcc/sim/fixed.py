@@ -272,8 +272,8 @@ def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int,
     batch, _, oh, ow, kh, kw = win.shape
     o, cg = w.shape[:2]
     og, pixels, k = o // group, oh * ow, kh * kw
-    lo, hi = fixed_bounds(bits)
     scaled = np.ldexp(w.astype(dtype).reshape(group, og, cg, k), -n).transpose(0, 2, 3, 1)  # G, cg, K, og
+    taps = np.abs(w.reshape(group, og, cg, k)).sum(axis=3, dtype=np.int64).max(axis=1)  # G, cg: max sum of |w|
     y: np.ndarray = np.zeros((group, batch * pixels, og), dtype=dtype)
     images = max(1, min(batch, COLUMNS // max(1, cg * pixels * k)))
     block = max(1, TILE // og)
@@ -284,13 +284,21 @@ def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int,
             cols: np.ndarray = np.ascontiguousarray(rows, dtype=dtype).reshape(cg, -1, k)  # cg, rows, K
             first = b0 * pixels
             for r0 in range(0, cols.shape[1], block):
-                _add_channels(y[g, first + r0:first + r0 + block], cols[:, r0:r0 + block], wg, lo, hi)
+                part = cols[:, r0:r0 + block]
+                reach = np.abs(part).max(axis=(1, 2)).astype(np.int64) * taps[g]  # |partial sum| bounds
+                steps = (reach >> n if n >= 0 else reach << -n).tolist()
+                _add_channels(y[g, first + r0:first + r0 + block], part, wg, steps, bits)
     return y.astype(np.int64).reshape(group, batch, pixels, og).transpose(1, 0, 3, 2).reshape(batch, o, oh, ow)
 
 
-def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, lo: int, hi: int) -> None:
-    """total := saturate(total + trunc(cols[c] @ w[c])) for each input channel c, in order."""
+def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list[int], bits: int) -> None:
+    """total := saturate(total + trunc(cols[c] @ w[c])) for each input channel c, in order.
+
+    `steps[c]` bounds |trunc(cols[c] @ w[c])|; while the running bound of |total| stays inside
+    the range no value can saturate and the clip is skipped (it would change nothing)."""
+    lo, hi = fixed_bounds(bits)
     part = np.empty_like(total)
+    reach = 0  # a bound of |total|
     for c in range(cols.shape[0]):
         if cols.shape[2] == 1:
             np.multiply(cols[c], w[c], out=part)
@@ -298,7 +306,11 @@ def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, lo: int, h
             np.matmul(cols[c], w[c], out=part)
         np.trunc(part, out=part)
         total += part
-        np.clip(total, lo, hi, out=total)
+        reach += steps[c]
+        if reach > hi:  # may have left the range: saturate now, as the runtime does at this step
+            np.clip(total, lo, hi, out=total)
+            following = steps[c + 1] if c + 1 < len(steps) else hi
+            reach = int(max(total.max(), -total.min())) if following < hi else -lo
 
 
 def _conv_int64(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int) -> np.ndarray:

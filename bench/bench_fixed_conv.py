@@ -44,47 +44,48 @@ LAYERS = [  # name, input channels, output channels, spatial size, kernel, group
 ]
 
 
-def previous_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    """qcc.sim.fixed.conv_kernel before the port (bias omitted: the layers here have none)."""
+def _geometry(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(input windows N, C, OH, OW, KH, KW; weights; the truncating shift; the output's bits)."""
     (fx, fw, *_), fy = _types(node)
     x, w = args[0], args[1]
-    n = fx.frac + fw.frac - fy.frac
-    strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
-    group = node.attrs["group"]
-    o, cg, kh, kw = w.shape
+    pads = node.attrs["pads"]
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, (kh, kw), strides, dil)
-    batch, _, oh, ow = win.shape[:4]
+    win = windows(xp, w.shape[2:], node.attrs["strides"], node.attrs["dilations"])
+    return win, w, fx.frac + fw.frac - fy.frac, fy.bits
+
+
+def previous_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """qcc.sim.fixed.conv_kernel before the port (bias omitted: the layers here have none)."""
+    win, w, n, bits = _geometry(node, args)
+    group = node.attrs["group"]
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
     og = o // group
     wf = w.astype(np.float64).reshape(group, og, cg, kh * kw)
     y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
     for im in range(cg):
         xs = win[:, im::cg].reshape(batch, group, oh * ow, kh * kw).astype(np.float64)
         part = np.matmul(xs, wf[:, :, im].transpose(0, 2, 1))
-        y = saturate(y + tdiv(part.astype(np.int64), 1 << n), fy.bits)
+        y = saturate(y + tdiv(part.astype(np.int64), 1 << n), bits)
     return [y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
 
 
 def issue18_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     """qcc.sim.fixed.conv_kernel as issue 18 left it (bias omitted): float64, one GEMM, a trunc,
     an add and a clip over the whole output per input channel."""
-    (fx, fw, *_), fy = _types(node)
-    x, w = args[0], args[1]
-    n = fx.frac + fw.frac - fy.frac
-    strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
+    win, w, n, bits = _geometry(node, args)
     group = node.attrs["group"]
-    o, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, (kh, kw), strides, dil)
-    batch, _, oh, ow = win.shape[:4]
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
     og = o // group
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     wt = np.ascontiguousarray(w.astype(np.float64).reshape(group, og, cg, kh * kw).transpose(2, 0, 3, 1))
     y = np.zeros((batch, group, oh * ow, og), dtype=np.float64)
     for im in range(cg):
         part = np.matmul(win[:, im::cg].astype(np.float64).reshape(batch, group, oh * ow, kh * kw), wt[im])
         np.trunc(np.multiply(part, 2.0 ** -n, out=part), out=part)
         np.add(y, part, out=y)
-        np.clip(y, -128, 127, out=y)
+        np.clip(y, lo, hi, out=y)
     return [y.astype(np.int64).transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
 
 

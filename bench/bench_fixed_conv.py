@@ -1,7 +1,8 @@
 """The fixed-point convolution kernel (qcc.sim.fixed.conv_kernel): cost per layer, against anchors.
 
 nnabla-c-runtime truncates each input channel's partial sum, so the simulator loops over input
-channels. Anchors measured in the same run on the same layer and integers: the kernel as it was
+channels. Anchors measured in the same run on the same layer and integers: the kernel as issue 18
+left it (`issue18_conv_kernel`: float64, whole-output passes per input channel), the kernel as it was
 before issue 18's port (a copy, `previous_conv_kernel`: int64 partial sums, a division per
 truncation) and the float convolution of the reference interpreter (one im2col GEMM). Layers:
 shapes of densenet121 (224x224 input) and mobilenet_v2 (96x96), batch 1, FIXED8 positions with
@@ -43,25 +44,49 @@ LAYERS = [  # name, input channels, output channels, spatial size, kernel, group
 ]
 
 
-def previous_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
-    """qcc.sim.fixed.conv_kernel before the port (bias omitted: the layers here have none)."""
+def _geometry(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(input windows N, C, OH, OW, KH, KW; weights; the truncating shift; the output's bits)."""
     (fx, fw, *_), fy = _types(node)
     x, w = args[0], args[1]
-    n = fx.frac + fw.frac - fy.frac
-    strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
-    group = node.attrs["group"]
-    o, cg, kh, kw = w.shape
+    pads = node.attrs["pads"]
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, (kh, kw), strides, dil)
-    batch, _, oh, ow = win.shape[:4]
+    win = windows(xp, w.shape[2:], node.attrs["strides"], node.attrs["dilations"])
+    return win, w, fx.frac + fw.frac - fy.frac, fy.bits
+
+
+def previous_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """qcc.sim.fixed.conv_kernel before the port (bias omitted: the layers here have none)."""
+    win, w, n, bits = _geometry(node, args)
+    group = node.attrs["group"]
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
     og = o // group
     wf = w.astype(np.float64).reshape(group, og, cg, kh * kw)
     y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
     for im in range(cg):
         xs = win[:, im::cg].reshape(batch, group, oh * ow, kh * kw).astype(np.float64)
         part = np.matmul(xs, wf[:, :, im].transpose(0, 2, 1))
-        y = saturate(y + tdiv(part.astype(np.int64), 1 << n), fy.bits)
+        y = saturate(y + tdiv(part.astype(np.int64), 1 << n), bits)
     return [y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
+
+
+def issue18_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """qcc.sim.fixed.conv_kernel as issue 18 left it (bias omitted): float64, one GEMM, a trunc,
+    an add and a clip over the whole output per input channel."""
+    win, w, n, bits = _geometry(node, args)
+    group = node.attrs["group"]
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
+    og = o // group
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    wt = np.ascontiguousarray(w.astype(np.float64).reshape(group, og, cg, kh * kw).transpose(2, 0, 3, 1))
+    y = np.zeros((batch, group, oh * ow, og), dtype=np.float64)
+    for im in range(cg):
+        part = np.matmul(win[:, im::cg].astype(np.float64).reshape(batch, group, oh * ow, kh * kw), wt[im])
+        np.trunc(np.multiply(part, 2.0 ** -n, out=part), out=part)
+        np.add(y, part, out=y)
+        np.clip(y, lo, hi, out=y)
+    return [y.astype(np.int64).transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
 
 
 def layer(cin: int, cout: int, size: int, k: int, group: int) -> tuple[Node, list[np.ndarray]]:
@@ -88,20 +113,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     print(f"2 CPUs shared; load average {os.getloadavg()[0]:.1f} at the start")
-    print("| layer | kernel (ms) | previous kernel (ms) | speed-up | float conv (ms) | kernel / float |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| layer | kernel (ms) | issue-18 kernel (ms) | speed-up | pre-issue-18 kernel (ms) | speed-up | "
+          "float conv (ms) | kernel / float |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, cin, cout, size, k, group in LAYERS:
         node, ints = layer(cin, cout, size, k, group)
         floats = [a.astype(np.float32) for a in ints]
-        assert np.array_equal(conv_kernel(node, ints)[0], previous_conv_kernel(node, ints)[0])
+        want = previous_conv_kernel(node, ints)[0]
+        assert np.array_equal(conv_kernel(node, ints)[0], want)
+        assert np.array_equal(issue18_conv_kernel(node, ints)[0], want)
         float_kernel = get_schema("Conv").kernel
-        now = prev = ref = float("inf")
-        for _ in range(args.repeats):  # interleaved rounds: load changes hit all three alike
+        now = i18 = prev = ref = float("inf")
+        for _ in range(args.repeats):  # interleaved rounds: load changes hit all four alike
             now = min(now, best(lambda: conv_kernel(node, ints), 1))
+            i18 = min(i18, best(lambda: issue18_conv_kernel(node, ints), 1))
             prev = min(prev, best(lambda: previous_conv_kernel(node, ints), 1))
             ref = min(ref, best(lambda: float_kernel(node, floats), 1))
-        print(f"| {name} | {now * 1e3:.1f} | {prev * 1e3:.1f} | {prev / now:.2f}x | {ref * 1e3:.1f} | "
-              f"{now / ref:.1f}x |")
+        print(f"| {name} | {now * 1e3:.1f} | {i18 * 1e3:.1f} | {i18 / now:.2f}x | {prev * 1e3:.1f} | "
+              f"{prev / now:.2f}x | {ref * 1e3:.1f} | {now / ref:.1f}x |")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

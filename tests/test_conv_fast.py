@@ -114,6 +114,20 @@ def test_blocks_bound_memory_and_give_the_same_result(monkeypatch: pytest.Monkey
         np.testing.assert_array_equal(conv2d(x, w, None, attrs, accumulate=np.int64), whole)
 
 
+
+def test_depthwise_blocks_of_samples_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depthwise sum runs a few samples at a time (cache); float32 bits do not depend on it."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 6, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((12, 1, 3, 3)).astype(np.float32)
+    attrs = {"strides": [1, 2], "pads": [1, 0, 1, 2], "dilations": [1, 1], "group": 6}
+    whole = conv2d(x, w, None, attrs)
+    np.testing.assert_allclose(whole, reference_conv(x, w, None, attrs), rtol=1e-5, atol=1e-5)
+    per_sample = whole[0].size
+    for limit in (per_sample * 2, per_sample, 1):  # 2 samples (and a last one alone), 1 sample
+        monkeypatch.setattr(nn, "_DEPTHWISE_BLOCK", limit)
+        assert conv2d(x, w, None, attrs).tobytes() == whole.tobytes()
+
 def _ort_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     from onnx import TensorProto, helper, numpy_helper
 

@@ -93,7 +93,10 @@ def requantize(q: np.ndarray, frac_in: int, frac_out: int, bits: int) -> np.ndar
 def sat_add(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     """nnabla-c-runtime's saturating add (sum_sat16/8): MIN + MIN wraps to 0 and stays 0."""
     lo, hi = fixed_bounds(bits)
-    r = wrap(a + b, bits)
+    total = np.add(a, b, dtype=np.int64)
+    if total.size and lo <= total.min() and total.max() <= hi:
+        return total  # nothing wraps: the common case, three passes instead of ten
+    r = wrap(total, bits)
     r = np.where((a > 0) & (b > 0) & (r < 0), hi, r)
     return np.where((a < 0) & (b < 0) & (r > 0), lo, r)
 
@@ -201,31 +204,133 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     (fx, fw, *_), fy = _types(node)
     x, w = args[0], args[1]
     n = fx.frac + fw.frac - fy.frac
+    if n < -MAX_SHIFT:
+        raise UnsupportedError(f"fixed-point rescale by 2**{-n} is out of range")
     strides, pads, dil = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
     group = node.attrs["group"]
-    o, cg, kh, kw = w.shape
+    _, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
-    batch, _, oh, ow = win.shape[:4]
-    og = o // group
-    wt = np.ascontiguousarray(w.astype(np.float64).reshape(group, og, cg, kh * kw).transpose(2, 0, 3, 1))
-    lo, hi = fixed_bounds(fy.bits)
-    # float64 holds every value exactly (|sum| < 2**53): truncating by a power of two is a multiply
-    # and a trunc; an up-shift (n < 0, never emitted for nnb) stays in int64
-    y = np.zeros((batch, group, oh * ow, og), dtype=np.float64 if n >= 0 else np.int64)
-    for im in range(cg):  # per input channel, in increasing order, as the runtime
-        xs = win[:, im::cg].astype(np.float64).reshape(batch, group, oh * ow, kh * kw)
-        part = np.matmul(xs, wt[im])
-        if n > 0:
-            np.trunc(np.multiply(part, 2.0 ** -n, out=part), out=part)
-        elif n < 0:
-            part = shift(part.astype(np.int64), n)
-        np.add(y, part, out=y)
-        np.clip(y, lo, hi, out=y)
-    y = y.astype(np.int64).transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)
+    dtype = exact_float(x, w, n, fy.bits)
+    if dtype is None:
+        y = _conv_int64(win, w, group, n, fy.bits)
+    elif cg == 1:
+        y = _conv_one_channel(win, w, group, n, fy.bits, dtype)
+    else:
+        y = _conv_blocked(win, w, group, n, fy.bits, dtype)
     if len(args) > 2 and args[2] is not None:
         y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
     return [y]
+
+
+TILE = 1 << 16
+"""Elements of the running output one block of rows updates: a few hundred kilobytes, so the
+four passes per input channel (product, truncation, add, saturation) stay in cache."""
+COLUMNS = 1 << 22
+"""Elements of the im2col copy of one run of images."""
+
+
+def exact_float(x: np.ndarray, w: np.ndarray, n: int, bits: int) -> type | None:
+    """The narrowest float type that computes the convolution exactly (None: int64 then).
+
+    Every partial sum is an integer times 2**-n (weights scaled by the power of two) below
+    `partial` = max|x| * (the largest sum of |w| over one input channel's taps), and every running
+    total is below the output's range plus one truncated partial sum: below 2**24 (float32) or
+    2**53 (float64) every product, sum and scaling is exact, in any order (BLAS included)."""
+    if x.size == 0 or w.size == 0 or abs(n) > 60:
+        return None
+    taps = np.abs(w.reshape(w.shape[0], w.shape[1], -1)).sum(axis=2, dtype=np.int64)
+    partial = int(np.abs(x).max()) * int(taps.max())
+    truncated = partial >> n if n >= 0 else partial << -n
+    for dtype, mantissa in ((np.float32, 24), (np.float64, 53)):
+        if max(partial, truncated + (1 << (bits - 1))) < 1 << mantissa:
+            return dtype
+    return None
+
+
+def _conv_one_channel(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int, dtype: type) -> np.ndarray:
+    """One input channel per group (depthwise): each output is one truncated sum, no running
+    total; the taps are accumulated over the whole output at once."""
+    batch, _, oh, ow, kh, kw = win.shape
+    o = w.shape[0]
+    og = o // group
+    scaled = np.ldexp(w.astype(dtype).reshape(group, og, kh * kw), -n)  # exact: a power of two
+    acc: np.ndarray = np.zeros((batch, group, og, oh, ow), dtype=dtype)
+    term = np.empty_like(acc)
+    for tap in range(kh * kw):
+        xs: np.ndarray = win[:, :, :, :, tap // kw, tap % kw].astype(dtype)[:, :, None]  # N, G, 1, OH, OW
+        np.multiply(xs, scaled[None, :, :, tap, None, None], out=term)
+        acc += term
+    lo, hi = fixed_bounds(bits)
+    np.clip(np.trunc(acc, out=acc), lo, hi, out=acc)
+    return acc.reshape(batch, o, oh, ow).astype(np.int64)
+
+
+def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int, dtype: type) -> np.ndarray:
+    """The runtime's loop over input channels, run on blocks of output rows small enough for the
+    cache (the loop order within a row is what makes it exact, not the order of the rows)."""
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
+    og, pixels, k = o // group, oh * ow, kh * kw
+    scaled = np.ldexp(w.astype(dtype).reshape(group, og, cg, k), -n).transpose(0, 2, 3, 1)  # G, cg, K, og
+    taps = np.abs(w.reshape(group, og, cg, k)).sum(axis=3, dtype=np.int64).max(axis=1)  # G, cg: max sum of |w|
+    y: np.ndarray = np.zeros((group, batch * pixels, og), dtype=dtype)
+    images = max(1, min(batch, COLUMNS // max(1, cg * pixels * k)))
+    block = max(1, TILE // og)
+    for g in range(group):
+        wg = np.ascontiguousarray(scaled[g])
+        for b0 in range(0, batch, images):
+            rows = win[b0:b0 + images, g * cg:(g + 1) * cg].transpose(1, 0, 2, 3, 4, 5)  # cg, n, OH, OW, KH, KW
+            cols: np.ndarray = np.ascontiguousarray(rows, dtype=dtype).reshape(cg, -1, k)  # cg, rows, K
+            first = b0 * pixels
+            for r0 in range(0, cols.shape[1], block):
+                part = cols[:, r0:r0 + block]
+                reach = np.abs(part).max(axis=(1, 2)).astype(np.int64) * taps[g]  # |partial sum| bounds
+                steps = (reach >> n if n >= 0 else reach << -n).tolist()
+                _add_channels(y[g, first + r0:first + r0 + block], part, wg, steps, bits)
+    return y.astype(np.int64).reshape(group, batch, pixels, og).transpose(1, 0, 3, 2).reshape(batch, o, oh, ow)
+
+
+def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list[int], bits: int) -> None:
+    """total := saturate(total + trunc(cols[c] @ w[c])) for each input channel c, in order.
+
+    `steps[c]` bounds |trunc(cols[c] @ w[c])|; while the running bound of |total| stays inside
+    the range no value can saturate and the clip is skipped (it would change nothing)."""
+    lo, hi = fixed_bounds(bits)
+    part = np.empty_like(total)
+    reach = 0  # a bound of |total|
+    for c in range(cols.shape[0]):
+        if cols.shape[2] == 1:
+            np.multiply(cols[c], w[c], out=part)
+        else:
+            np.matmul(cols[c], w[c], out=part)
+        np.trunc(part, out=part)
+        total += part
+        reach += steps[c]
+        if reach > hi:  # may have left the range: saturate now, as the runtime does at this step
+            np.clip(total, lo, hi, out=total)
+            following = steps[c + 1] if c + 1 < len(steps) else hi
+            reach = int(max(total.max(), -total.min())) if following < hi else -lo
+
+
+def _conv_int64(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int) -> np.ndarray:
+    """The runtime's loop in int64, one input channel at a time (values too wide for a float)."""
+    batch, _, oh, ow, kh, kw = win.shape
+    o, cg = w.shape[:2]
+    og = o // group
+    wt = w.astype(np.int64).reshape(group, og, cg, kh * kw).transpose(2, 0, 3, 1)
+    y = np.zeros((batch, group, oh * ow, og), dtype=np.int64)
+    for im in range(cg):
+        xs = win[:, im::cg].astype(np.int64).reshape(batch, group, oh * ow, kh * kw)
+        part = np.matmul(xs, wt[im])
+        if n > 62:  # |part| < 2**63: truncates to 0
+            part = np.zeros_like(part)
+        elif n > 0:  # truncation toward zero, as `shift`, without its range check
+            part = (part + ((part >> 63) & ((1 << n) - 1))) >> n
+        else:
+            part = shift(part, n)
+        y = saturate(y + part, bits)
+    return y.transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)
 
 
 def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:

@@ -153,12 +153,20 @@ def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int]
         xp = np.repeat(xp, mult, axis=1)
     oh, ow = out_hw
     y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
-    tmp = np.empty_like(y)
-    for i in range(kh):
-        for j in range(kw):
-            np.multiply(_tap(xp, i, j, (0, oh), ow, strides, dil), w[:, 0, i, j].reshape(1, o, 1, 1), out=tmp)
-            y += tmp
+    samples = max(1, _DEPTHWISE_BLOCK // max(1, o * oh * ow))
+    tmp = np.empty_like(y[:samples])
+    for n0 in range(0, x.shape[0], samples):  # a few samples at a time: the passes stay in cache
+        part, out = xp[n0:n0 + samples], y[n0:n0 + samples]
+        for i in range(kh):
+            for j in range(kw):
+                np.multiply(_tap(part, i, j, (0, oh), ow, strides, dil), w[:, 0, i, j].reshape(1, o, 1, 1),
+                            out=tmp[:len(part)])
+                out += tmp[:len(part)]
     return y
+
+
+_DEPTHWISE_BLOCK = 1 << 17
+"""Output elements of one block of samples in a depthwise convolution (half a megabyte in float32)."""
 
 
 @register

@@ -1,0 +1,122 @@
+"""qcc.sim.fixed's convolution is nnabla-c-runtime's, bit for bit, on every path it takes.
+
+The kernel runs in float32 when every partial sum and running total stays below 2**24, in
+float64 below 2**53, else in int64 (`exact_float` decides), on cache-sized blocks of rows and, for
+one input channel per group (depthwise), as a sum over taps. The oracle here is the runtime's
+definition written out in Python integers: per output, per input channel in increasing order, the
+taps' exact sum truncated toward zero by 2**(fx+fw-fy) (or scaled up), added to the running total
+with saturation, then the bias with the runtime's saturating add.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qcc.sim.fixed as fixed
+from qcc.ir.core import Graph, Node
+from qcc.ir.types import FixedPoint, TensorType
+from qcc.quant.numerics import fixed_bounds
+
+
+def runtime_conv(x: np.ndarray, w: np.ndarray, n: int, bits: int, node: Node) -> np.ndarray:
+    """The runtime's loop, output by output, in Python integers (no bias)."""
+    strides, pads, dil, group = (node.attrs[k] for k in ("strides", "pads", "dilations", "group"))
+    lo, hi = fixed_bounds(bits)
+    batch, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3]))).tolist()
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    wl = w.tolist()
+    y = np.zeros((batch, o, oh, ow), dtype=np.int64)
+    for b in range(batch):
+        for oc in range(o):
+            g = oc // (o // group)
+            for r in range(oh):
+                for c in range(ow):
+                    total = 0
+                    for ic in range(cg):
+                        plane = xp[b][g * cg + ic]
+                        part = sum(plane[r * strides[0] + i * dil[0]][c * strides[1] + j * dil[1]] * wl[oc][ic][i][j]
+                                   for i in range(kh) for j in range(kw))
+                        step = (abs(part) >> n if part >= 0 else -(abs(part) >> n)) if n >= 0 else part << -n
+                        total = min(hi, max(lo, total + step))
+                    y[b, oc, r, c] = total
+    return y
+
+
+def conv_layer(rng: np.random.Generator, bits: int, depthwise: bool) -> tuple[Node, list[np.ndarray], int]:
+    group = int(rng.integers(2, 6)) if depthwise else int(rng.choice([1, 1, 2]))
+    cg = 1 if depthwise else int(rng.integers(2, 12))
+    og = int(rng.integers(1, 3)) if depthwise else int(rng.integers(1, 6))
+    k, size, batch = int(rng.choice([1, 2, 3])), int(rng.integers(3, 7)), int(rng.integers(1, 3))
+    graph = Graph("conv")
+    x = graph.add_input("x", TensorType("float32", (batch, cg * group, size, size)))
+    w = graph.add_constant("w", np.zeros((og * group, cg, k, k), np.float32))
+    y = graph.add("Conv", x, w, name="conv", group=group, pads=[int(p) for p in rng.integers(0, 2, 4)],
+                  strides=[int(rng.choice([1, 2]))] * 2, dilations=[1 if k == 1 or size < 5 else int(rng.choice([1, 2]))] * 2)
+    fx, fw, fy = int(rng.integers(0, 10)), int(rng.integers(0, 12)), int(rng.integers(-3, 12))
+    if rng.random() < 0.15:  # a finer output than the product: an exact up-shift
+        fy = fx + fw + int(rng.integers(1, 4))
+    x.quant, w.quant, y.quant = FixedPoint(bits, fx, "trunc"), FixedPoint(bits, fw), FixedPoint(bits, fy, "trunc")
+    lo, hi = fixed_bounds(bits)
+    scale = hi * float(rng.choice([1.0, 0.2, 0.02]))
+    xi = np.clip(np.round(rng.standard_normal(x.type.shape) * scale), lo, hi).astype(np.int64)
+    if rng.random() < 0.25:  # extremes only: the running total saturates, both ways
+        xi = rng.choice([lo, hi], x.type.shape).astype(np.int64)
+    wi = np.clip(np.round(rng.standard_normal(w.const.shape) * hi * 0.5), lo, hi).astype(np.int64)
+    return graph.nodes[0], [xi, wi], fx + fw - fy
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_conv_kernel_is_the_runtime_loop(bits: int, depthwise: bool) -> None:
+    rng = np.random.default_rng(bits + depthwise)
+    for _ in range(12):
+        node, args, n = conv_layer(rng, bits, depthwise)
+        got = fixed.conv_kernel(node, args)[0]
+        assert got.dtype == np.int64
+        assert np.array_equal(got, runtime_conv(*args, n, bits, node)), (node.attrs, n)
+
+
+def test_every_path_gives_the_same_integers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32, float64 and int64 agree, and blocks of any size give the same result."""
+    rng = np.random.default_rng(7)
+    layers = [conv_layer(rng, 8, d) for d in (False, True, False)]
+    expected = [fixed.conv_kernel(node, args)[0] for node, args, _ in layers]
+    monkeypatch.setattr(fixed, "TILE", 5)
+    monkeypatch.setattr(fixed, "COLUMNS", 7)
+    for (node, args, _), want in zip(layers, expected):
+        assert np.array_equal(fixed.conv_kernel(node, args)[0], want)
+    for dtype in (np.float64, None):
+        monkeypatch.setattr(fixed, "exact_float", lambda *_, d=dtype: d)
+        for (node, args, _), want in zip(layers, expected):
+            assert np.array_equal(fixed.conv_kernel(node, args)[0], want)
+
+
+def test_exact_float_follows_the_bounds() -> None:
+    x8, w8 = np.full((1, 4, 3, 3), 127), np.full((2, 4, 3, 3), -128)
+    assert fixed.exact_float(x8, w8, 7, 8) is np.float32  # 127 * 128 * 9 < 2**24
+    x16, w16 = np.full((1, 4, 3, 3), 32767), np.full((2, 4, 3, 3), -32768)
+    assert fixed.exact_float(x16, w16, 15, 16) is np.float64  # 2**30 * 9: not float32
+    assert fixed.exact_float(x8, w8, -20, 8) is np.float64  # the up-shifted sum passes 2**24
+    assert fixed.exact_float(x8, w8, 61, 8) is None  # a scaling float32/64 may not hold: int64
+
+
+def test_conv_bias_and_saturating_add() -> None:
+    """The bias goes through the runtime's saturating add, MIN + MIN = 0 quirk included."""
+    lo, hi = fixed_bounds(8)
+    assert fixed.sat_add(np.array([lo, hi, 100, -100, 3]), np.array([lo, hi, 100, -100, 4]), 8).tolist() == \
+        [0, hi, hi, lo, 7]
+    graph = Graph("conv")
+    x = graph.add_input("x", TensorType("float32", (1, 2, 2, 2)))
+    w = graph.add_constant("w", np.zeros((2, 2, 1, 1), np.float32))
+    b = graph.add_constant("b", np.zeros(2, np.float32))
+    y = graph.add("Conv", x, w, b, name="conv")
+    x.quant, w.quant, y.quant, b.quant = (FixedPoint(8, 0, "trunc"), FixedPoint(8, 0), FixedPoint(8, 0, "trunc"),
+                                          FixedPoint(8, 0))
+    xi = np.array([[[[lo, lo], [1, 0]], [[0, 0], [0, 0]]]])
+    got = fixed.conv_kernel(graph.nodes[0], [xi, np.array([[[[1]], [[0]]], [[[-1]], [[0]]]]), np.array([lo, 5])])[0]
+    assert got[0, 0].tolist() == [[0, 0], [lo + 1, lo]]  # lo + lo wraps to 0, as the runtime's sum_sat8
+    assert got[0, 1].tolist() == [[hi, hi], [4, 5]]

@@ -22,6 +22,12 @@ def _prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}-"
 
 
+def _temporary_name(target: Path, suffix: str) -> Path:
+    """A temporary's name, chosen before it exists: the cleanup that removes it on failure (^C
+    included) is armed before the file system holds it, so no interrupt can leave it behind."""
+    return target.parent / f"{_prefix(target)}{os.urandom(6).hex()}{suffix}"
+
+
 def _started_at(pid: int) -> float | None:
     """When process `pid` started (seconds since the epoch), None if it does not exist or is unknown."""
     try:
@@ -103,10 +109,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(target)
-        fd, tmp = tempfile.mkstemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise _cannot_write(target, exc) from None
+    tmp = _temporary_name(target, ".tmp")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -159,10 +166,11 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temporaries(target)
-        tmp = Path(tempfile.mkdtemp(prefix=_prefix(target), suffix=".tmp", dir=target.parent))
     except OSError as exc:
         raise _cannot_write(target, exc) from None
+    tmp = _temporary_name(target, ".tmp")
     try:
+        os.mkdir(tmp, 0o700)
         yield tmp
         write_marker(tmp)
         os.chmod(tmp, 0o777 & ~_umask())

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from onnx import TensorProto, helper
@@ -220,3 +221,28 @@ def test_eval_runs_an_nnp_written_under_another_extension(tmp_path: Path) -> Non
     _, report = qcc.compile(MODEL, out, target="nnp", eval=str(DIGITS / "test.npz"))
     assert report["eval"]["runtime"]["name"].startswith("nnabla") and report["eval"]["runtime"]["agreement_with_simulator"] == 1.0
     assert out.read_bytes()[:2] == b"PK" and os.listdir(tmp_path) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_an_interrupt_just_after_the_temporary_is_created_leaves_nothing(kind: str, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """^C lands between the system call that creates the temporary and the next Python step (a
+    loaded machine deschedules the writer right there, and a watcher sees the file): the cleanup
+    must already own the name."""
+    from qcc.io import atomic_directory, atomic_write_bytes
+
+    create = os.open if kind == "file" else os.mkdir
+
+    def create_then_interrupt(*args: Any, **kwargs: Any) -> Any:
+        create(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "open" if kind == "file" else "mkdir", create_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "file":
+            atomic_write_bytes(tmp_path / "out.onnx", b"data")
+        else:
+            with atomic_directory(tmp_path / "out_c") as tmp:
+                (tmp / "model.c").write_text("int x;")
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []

@@ -99,14 +99,19 @@ def out_size(model: Model) -> int:
     return sum(int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape])) for v in model.graph.outputs)
 
 
-def affine(model: Model, calib: dict[str, np.ndarray], dtype: str) -> Model:
+def affine(model: Model, calib: dict[str, np.ndarray], dtype: str, options: str = "") -> Model:
     ctx = PassContext()
     ctx.calib_data = calib
-    return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}}}")).run(model, ctx).model
+    return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}{options}}}")).run(model, ctx).model
+
+
+AFFINE_MODES = {"int8": ("int8", ""), "uint8": ("uint8", ""), "int8-asym-weights": ("int8", ",weight_symmetric=false")}
+"""Symmetric int8 weights take the uint8 x int8 dot products (inputs offset to uint8); asymmetric
+weights, centered, need 9 bits: the int16 dot products."""
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))
-@pytest.mark.parametrize("mode", ["fixed8", "fixed16", "int8", "uint8"])
+@pytest.mark.parametrize("mode", ["fixed8", "fixed16", *AFFINE_MODES])
 def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -> None:
     rng = np.random.default_rng(len(mode) + len(flags))
     model = kernel_model()
@@ -115,12 +120,13 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
         bits = int(mode[5:])
         annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
     else:
-        model = affine(model, calib, mode)
+        model = affine(model, calib, *AFFINE_MODES[mode])
     source = tmp_path / "k" / "k.c"
     exe = build(model, tmp_path / "k", FLAGS[flags])
     text = source.read_text()
-    if mode.startswith("int") or mode.startswith("uint"):  # the dot products, band and gathered, and rows
-        assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_dwconv_" in text
+    if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
+        dot = "qcc_dot_i16_" if "asym" in mode else "qcc_dot_u8_"
+        assert dot in text and "qcc_band_" in text and "qcc_dwconv_" in text
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})

@@ -446,12 +446,13 @@ def pack_affine_weights(w: np.ndarray, group: int) -> np.ndarray:
     return out.reshape(-1)
 
 
-def dot_micro(ks: KernelSet, w: CType) -> str:
-    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums of int16 products, the
-    reduction over k innermost (what compilers turn into pmaddwd / vpdpwssd, SMLAD on Cortex-M)."""
-    name = f"qcc_dot_i16_{w.suffix}"
+def dot_micro(ks: KernelSet, w: CType, panel: str = "int16_t") -> str:
+    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums, the reduction over k
+    innermost: what compilers turn into pmaddwd / vpdpwssd on int16 panels, vpdpbusd (four uint8 x int8
+    products a 32-bit lane) on uint8 panels with int8 weights, SMLAD on Cortex-M."""
+    name = f"qcc_dot_{_short(panel)}_{w.suffix}"
     rows, cols = range(DOT_MR), range(DOT_NR)
-    panels = "\n".join(f"    const int16_t *restrict x{q} = panel + {q} * ldx;" for q in cols)
+    panels = "\n".join(f"    const {panel} *restrict x{q} = panel + {q} * ldx;" for q in cols)
     weights = "\n".join(f"    const {w.name} *restrict w{o} = w + {o} * ldw;" for o in rows)
     decl = "\n".join(f"    int32_t {', '.join(f's{o}{q} = 0' for q in cols)};" for o in rows)
     loads = "\n".join(f"        const int32_t a{q} = x{q}[k];" for q in cols) + "\n" + \
@@ -460,7 +461,7 @@ def dot_micro(ks: KernelSet, w: CType) -> str:
     store = "\n".join(f"    out[{o} * QCC_PT + {q}] += s{o}{q};" for o in rows for q in cols)
     return ks.kernel(name, lambda: f"""
 /* out[o * QCC_PT + q] += dot(w row o, panel row q) over kc taps (a multiple of {DOT_KA}). */
-static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *restrict w, long ldw, long kc,
+static void {name}(const {panel} *restrict panel, long ldx, const {w.name} *restrict w, long ldw, long kc,
     int32_t *restrict out)
 {{
 {panels}
@@ -476,13 +477,21 @@ static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *rest
 """)
 
 
-def _pack_rows(ks: KernelSet, x: CType) -> str:
-    name = f"qcc_packr_{x.suffix}"
+def _panel_offset(x: CType, elem: str) -> str:
+    """What a panel adds to the centered input x - zx: nothing on int16 panels; zx - lo on uint8 panels,
+    which hold x - lo (0 .. 255; the padding zx - lo), the kernel's bias having subtracted
+    (zx - lo) times the weights' sum (`offset_bias`)."""
+    return f" + (zx - ({x.lo}))" if elem == "uint8_t" else ""
+
+
+def _pack_rows(ks: KernelSet, x: CType, elem: str) -> str:
+    name = f"qcc_packr_{x.suffix}_{_short(elem)}"
+    zu = _panel_offset(x, elem)
     return ks.kernel(name, lambda: f"""
-/* panel[q][k] = x - zx at tap k (k0 <= k < k0 + kc, (ky, kx, input channel) order) of output
-   position q < QCC_PT; 0 outside the input (read at offset 0 and masked: no branch in the loop) and
+/* panel[q][k] = x - zx (+ zx - lo on uint8 panels: x - lo) at tap k (k0 <= k < k0 + kc, (ky, kx, input channel) order) of output
+   position q < QCC_PT; 0 (zx - lo) outside the input (read at offset 0 and masked: no branch in the loop) and
    for kc <= k < kcp. */
-static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qcc_conv_t *restrict p,
+static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
     const int *restrict iy0, const int *restrict ix0, long k0, long kc, long kcp, int32_t zx)
 {{
     const int cg = p->c / p->group;
@@ -507,7 +516,7 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qc
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (ic + j) * hw;
             for (q = 0; q < QCC_PT; ++q) {{
-                panel[q * kcp + k + j] = (int16_t)(((int32_t)xc[off[q]] - zx) & mask[q]);
+                panel[q * kcp + k + j] = ({elem})((((int32_t)xc[off[q]] - zx) & mask[q]){zu});
             }}
         }}
         k += n;
@@ -523,13 +532,15 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qc
 """, ("conv_t",))
 
 
-def _band_rows(ks: KernelSet, x: CType) -> str:
-    name = f"qcc_band_{x.suffix}"
+def _band_rows(ks: KernelSet, x: CType, elem: str) -> str:
+    short = _short(elem)
+    name = f"qcc_band_{x.suffix}_{short}"
+    zu = _panel_offset(x, elem)
     return ks.kernel(name, lambda: f"""
 /* The input rows output row oy reads, each transposed to [column][input channel] (x - zx; 0 in the
    padding) in band slot ((iy mod kh) with dilation 1, so rows shared with the previous output row
    are kept; else ky). held[slot] is the row a slot holds. */
-static void {name}(const {x.name} *restrict x, int16_t *restrict band, int *restrict held,
+static void {name}(const {x.name} *restrict x, {elem} *restrict band, int *restrict held,
     const qcc_conv_t *restrict p, int oy, long wb, int32_t zx)
 {{
     const int cg = p->c / p->group;
@@ -541,27 +552,27 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict band, int *rest
     for (ky = 0; ky < p->kh; ++ky) {{
         const int iy = oy * p->sh - p->ph + ky * p->dh;
         const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
-        int16_t *restrict row = band + slot * wb * cg;
+        {elem} *restrict row = band + slot * wb * cg;
         if (held[slot] == iy) {{
             continue;
         }}
         held[slot] = iy;
         if (iy < 0 || iy >= p->h) {{
             for (b = 0; b < wb * cg; ++b) {{
-                row[b] = 0;
+                row[b] = ({elem})(0{zu});
             }}
             continue;
         }}
         for (b = 0; b < (long)lo * cg; ++b) {{
-            row[b] = 0;
+            row[b] = ({elem})(0{zu});
         }}
         for (b = (long)hi * cg; b < wb * cg; ++b) {{
-            row[b] = 0;
+            row[b] = ({elem})(0{zu});
         }}
         for (ic = 0; ic < cg; ++ic) {{
             const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w - p->pw;
             for (b = lo; b < hi; ++b) {{
-                row[b * cg + ic] = (int16_t)((int32_t)xr[b] - zx);
+                row[b * cg + ic] = ({elem})((int32_t)xr[b] - zx{zu});
             }}
         }}
     }}
@@ -569,14 +580,14 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict band, int *rest
 
 /* panel[q][k] for output positions ox0 + q (q < pn; 0 for pn <= q < QCC_PT) of row oy from the band:
    runs of input channels, whole kernel rows at once with dilation 1; 0 for kc <= k < kcp. */
-static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel, const qcc_conv_t *restrict p,
+static void qcc_band_panel_{short}(const {elem} *restrict band, {elem} *restrict panel, const qcc_conv_t *restrict p,
     int oy, int ox0, int pn, long wb, long k0, long kc, long kcp)
 {{
     const int cg = p->c / p->group;
     int q;
     long j;
     for (q = 0; q < QCC_PT; ++q) {{
-        int16_t *restrict out = panel + q * kcp;
+        {elem} *restrict out = panel + q * kcp;
         int tap = (int)(k0 / cg);
         int ic = (int)(k0 % cg);
         long k = 0;
@@ -591,7 +602,7 @@ static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel
             const int kx = tap % p->kw;
             const int iy = oy * p->sh - p->ph + ky * p->dh;
             const int slot = p->dh == 1 ? ((iy % p->kh) + p->kh) % p->kh : ky;
-            const int16_t *restrict src = band + (slot * wb + (long)(ox0 + q) * p->sw + (long)kx * p->dw) * cg + ic;
+            const {elem} *restrict src = band + (slot * wb + (long)(ox0 + q) * p->sw + (long)kx * p->dw) * cg + ic;
             const long run = (p->dw == 1 ? (long)(p->kw - kx) * cg : cg) - ic;
             const long n = run < kc - k ? run : kc - k;
             for (j = 0; j < n; ++j) {{
@@ -609,7 +620,7 @@ static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel
 """, ("conv_t",))
 
 
-def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
+def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, elem: str = "int16_t") -> str:
     """Sums of (x - zx) * w as dot products: per tile of QCC_PT output positions the taps are
     copied (centered, int16) into rows, QCC_KCI at a time, and every QCC_MR output channels take
     their dot products with every QCC_NR rows; the bias and requantization in the epilogue, a
@@ -617,11 +628,15 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> st
 
     Kernels wider than one tap whose input rows fit QCC_BAND elements copy each input row once,
     transposed (a band of kh rows, reused by the next output row), and fill the rows from it with
-    runs of input channels; the rest gather the taps from the input."""
-    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}"
-    packer = _pack_rows(ks, x)
-    bander = _band_rows(ks, x)
-    dot = dot_micro(ks, w)
+    runs of input channels; the rest gather the taps from the input.
+
+    `elem` "uint8_t" (int8 weights): the rows hold x - lo instead (`_panel_offset`), the dot products
+    are uint8 x int8 (vpdpbusd with AVX512-VNNI / AVX-VNNI) and the bias passed is `offset_bias`'s."""
+    short = _short(elem)
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{'_u8' if elem == 'uint8_t' else ''}{ep.suffix}"
+    packer = _pack_rows(ks, x, elem)
+    bander = _band_rows(ks, x, elem)
+    dot = dot_micro(ks, w, elem)
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
@@ -658,7 +673,7 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> st
 }}
 """
     gather = tile.replace("PACK", f"{packer}(x + xoff, panel, p, iy0, ix0, k0, kc, kcp, zx)").replace("P0", "p0")
-    banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
+    banded = tile.replace("PACK", f"qcc_band_panel_{short}(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
         .replace("P0", "(long)oy * p->ow + ox0")
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.name} *restrict y,
@@ -673,8 +688,8 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
     const long kp = (kk + QCC_KA - 1) / QCC_KA * QCC_KA;
     const long wb = (long)(p->ow - 1) * p->sw + (long)(p->kw - 1) * p->dw + 1;
     const int use_band = p->kh * p->kw > 1 && p->kh <= QCC_RING && (long)p->kh * wb * cg <= QCC_BAND;
-    int16_t panel[QCC_PT * QCC_KCI];
-    int16_t band[QCC_BAND > 0 ? QCC_BAND : 1];
+    {elem} panel[QCC_PT * QCC_KCI];
+    {elem} band[QCC_BAND > 0 ? QCC_BAND : 1];
     int held[QCC_RING];
     int32_t part[QCC_OS * QCC_PT];
     int iy0[QCC_PT], ix0[QCC_PT];
@@ -713,6 +728,21 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
     }}
 }}
 """, ("conv_t",))
+
+
+def offset_bias(weights: np.ndarray, bias: np.ndarray, zx: int, lo: int) -> np.ndarray:
+    """The accumulator bias of a uint8-panel kernel (`conv_affine` with elem uint8_t): the panel holds
+    x - lo where the sum wants x - zx, so every output channel's sum is (zx - lo) * (sum of its
+    weights) too large; exact, folded into the bias once."""
+    sums = np.asarray(weights, dtype=np.int64).reshape(weights.shape[0], -1).sum(axis=1)
+    return np.asarray(bias, dtype=np.int64) - (zx - lo) * sums
+
+
+def u8_dot_fits(weights: np.ndarray, lo: int, hi: int) -> bool:
+    """int8 weights whose uint8 x int8 dot products cannot overflow int32 (any input, padding included)."""
+    w = np.asarray(weights, dtype=np.int64).reshape(weights.shape[0], -1)
+    return bool(w.size) and int(w.min()) >= -128 and int(w.max()) <= 127 and \
+        int(np.abs(w).sum(axis=1).max()) * (hi - lo) < 2**31
 
 
 # ---------------------------------------------------------------- fixed-point convolution

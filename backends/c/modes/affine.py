@@ -118,9 +118,28 @@ def _conv(lw: Lowering, node: Node) -> Step:
         shift = i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
         fn = KC.conv_affine_tiled(lw.kernels, cx, INT_TYPES["int32"], out, ep)
     else:
-        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(li.weights, group))
-        fn = KC.conv_affine(lw.kernels, cx, wt, out, ep)
+        fn, w, bias, mult, shift = _dot_layer(lw, node, li.weights, group, ep, out)
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), bias, mult, shift, *extra))])
+
+
+def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC.Epilogue,
+               out: CType) -> tuple[str, str, str, str, str]:
+    """The dot-product kernel and its arrays: uint8 x int8 products (offset inputs, the offset folded into
+    the bias) when the centered weights are int8, else int16 products of centered inputs."""
+    x = node.input(0)
+    cx = lw.ctype(x)
+    packed = KC.pack_affine_weights(weights, group)
+    if not KC.u8_dot_fits(weights, cx.lo, cx.hi):
+        wt, w, bias, mult, shift = _layer_arrays(lw, node, packed)
+        return KC.conv_affine(lw.kernels, cx, wt, out, ep), w, bias, mult, shift
+    li = ai.layer_ints(node)
+    w = lw.array(packed, INT_TYPES["int8"], f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, "
+                 "laid out for the kernel")
+    bias = i32(lw, KC.offset_bias(weights, li.bias, ai.act(x)[1], cx.lo), f"qcc_b_{node.name}",
+               f"bias of {node.name} on the accumulator scale, less the input offset (zx - {cx.lo}) x weight sums")
+    return (KC.conv_affine(lw.kernels, cx, INT_TYPES["int8"], out, ep, "uint8_t"), w, bias,
+            i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
+            i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
 
 
 def _conv_transpose(lw: Lowering, node: Node) -> Step:
@@ -137,9 +156,8 @@ def _dense(lw: Lowering, node: Node) -> Step:
     n, k = static_shape(x)
     m = static_shape(y)[1]
     weights = ai.layer_ints(node).weights.T.reshape(m, k, 1, 1)
-    wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, 1))
     ep, extra, out = _epilogue(lw, node)
-    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, out, ep)
+    fn, w, bias, mult, shift = _dot_layer(lw, node, weights, 1, ep, out)
     geometry = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", [n, k, 1, 1, m, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1])
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), geometry, zp(x), bias, mult, shift, *extra))])
 

@@ -50,9 +50,10 @@ FLAGS = {"portable": ("-O3",), "native": native_flags(), "tiny-sanitized": (*SAN
 
 
 def kernel_model() -> Model:
-    """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated, 1x1 (direct
-    rows; grouped), depthwise, a long sum (dot products), Dense; Relu and BatchNorm after convs
-    (fused epilogues); overlapping max and average pooling; the global ones."""
+    """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated (along x: gathered;
+    along y: the column band), 1x1 (direct rows; grouped), depthwise, a long sum (dot products),
+    Dense; Relu and BatchNorm after convs (fused epilogues); overlapping max and average pooling;
+    the global ones."""
     rng = np.random.default_rng(11)
     g = Graph("kernels")
     x = g.add_input("x", TensorType("float32", ("N", 6, 11, 13)))
@@ -65,6 +66,8 @@ def kernel_model() -> Model:
     r1 = g.add("Relu", c1, name="r1")
     c2 = g.add("Conv", r1, const("w2", 18, 20, 3, 3), const("b2", 18), name="strided", strides=[2, 2],
                pads=[0, 1, 1, 0], dilations=[1, 2])
+    c2r = g.add("Conv", r1, const("w2r", 10, 20, 3, 2), const("b2r", 10), name="strided_rows", strides=[2, 2],
+                pads=[2, 0, 1, 1], dilations=[2, 1])
     c3 = g.add("Conv", r1, const("w3", 20, 5, 1, 1), name="pw_grouped", group=4)
     c4 = g.add("Conv", c3, const("w4", 20, 1, 3, 3), const("b4", 20), name="depthwise", group=20, pads=[1, 1, 1, 1])
     c5 = g.add("Conv", c4, const("w5", 24, 20, 3, 3), const("b5", 24), name="long_sum", pads=[1, 1, 1, 1])
@@ -76,7 +79,7 @@ def kernel_model() -> Model:
     gp = g.add("GlobalAvgPool", c6, name="gap")
     gm = g.add("GlobalMaxPool", c2, name="gmp")
     fc = g.add("Dense", g.add("Flatten", gp, name="flat"), const("wfc", 9, 7), const("bfc", 7), name="fc")
-    g.outputs = [c2, c6, mp, ap, gm, fc]
+    g.outputs = [c2, c2r, c6, mp, ap, gm, fc]
     return Model(g)
 
 
@@ -125,8 +128,9 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     exe = build(model, tmp_path / "k", FLAGS[flags])
     text = source.read_text()
     if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
-        dot = "qcc_dot_i16_" if "asym" in mode else "qcc_dot_u8_"
-        assert dot in text and "qcc_band_" in text and "qcc_dwconv_" in text
+        dot, band = ("qcc_dot_i16_", "qcc_band_") if "asym" in mode else ("qcc_dot_u8_", "qcc_cband_")
+        assert dot in text and band in text and "qcc_packr_" in text and "qcc_dwconv_" in text
+        assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 import qcc.backends.c.modes.shared as shared
-from qcc.backends.c.ctype import CType, hexfloat
+from qcc.backends.c.ctype import FLOAT, CType, hexfloat
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import elementwise as KE
 from qcc.backends.c.kernels import matmul as KMm
@@ -97,11 +97,12 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
 
 TILED_TAPS = 96
 """Layers with fewer taps per output (input channels x kernel size) run on the tiled kernel
-(int32 lanes, no horizontal sums); longer sums on the dot products."""
+(exact float lanes, no horizontal sums); longer sums on the dot products."""
 
 
 def _conv(lw: Lowering, node: Node) -> Step:
-    """Depthwise along rows; few taps: the tiled kernel; else dot products."""
+    """Depthwise along rows; few taps: the tiled kernel (sums exact in float32, always with 8-bit
+    operands and fewer than TILED_TAPS taps); else dot products."""
     x, y = node.input(0), node.outputs[0]
     li = ai.layer_ints(node)
     group = node.attrs["group"]
@@ -110,13 +111,13 @@ def _conv(lw: Lowering, node: Node) -> Step:
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
         fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
-    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS:
-        w = lw.array(KC.pack_conv_weights(li.weights, group), INT_TYPES["int32"], f"qcc_w_{node.name}",
+    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS and KC.float_sums_exact(li.weights, cx):
+        w = lw.array(KC.pack_conv_weights(li.weights, group), FLOAT, f"qcc_w_{node.name}",
                      f"{node.input(1).name} minus its zero point, blocks of {KC.WB} output channels by tap")
         bias = i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
         mult = i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
         shift = i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
-        fn = KC.conv_affine_tiled(lw.kernels, cx, INT_TYPES["int32"], out, ep)
+        fn = KC.conv_affine_exact_float(lw.kernels, cx, out, ep)
     else:
         fn, w, bias, mult, shift = _dot_layer(lw, node, li.weights, group, ep, out)
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), bias, mult, shift, *extra))])
@@ -128,12 +129,11 @@ def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC
     the bias) when the centered weights are int8, else int16 products of centered inputs."""
     x = node.input(0)
     cx = lw.ctype(x)
-    packed = KC.pack_affine_weights(weights, group)
     if not KC.u8_dot_fits(weights, cx.lo, cx.hi):
-        wt, w, bias, mult, shift = _layer_arrays(lw, node, packed)
+        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, group))
         return KC.conv_affine(lw.kernels, cx, wt, out, ep), w, bias, mult, shift
     li = ai.layer_ints(node)
-    w = lw.array(packed, INT_TYPES["int8"], f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, "
+    w = lw.array(KC.pack_affine_weights(weights, group, columns=True), INT_TYPES["int8"], f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, "
                  "laid out for the kernel")
     bias = i32(lw, KC.offset_bias(weights, li.bias, ai.act(x)[1], cx.lo), f"qcc_b_{node.name}",
                f"bias of {node.name} on the accumulator scale, less the input offset (zx - {cx.lo}) x weight sums")

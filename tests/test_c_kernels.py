@@ -34,9 +34,10 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
-TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=0", "-DQCC_POOLW=4")
-"""Tiles so small that every panel is split, every superblock and k-block has a remainder and
-the band and the pooling row buffers fall back to their window walks."""
+TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4")
+"""Tiles so small that every panel is split, every superblock and k-block has a remainder, the
+uint8 column band covers a row in chunks (long_sum: 8 of 13 positions) or not at all (the other
+layers gather their taps) and the pooling row buffers fall back to their window walks."""
 SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 

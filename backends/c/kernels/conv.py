@@ -647,18 +647,19 @@ static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel
 def _column_band(ks: KernelSet, x: CType) -> str:
     name = f"qcc_cband_{x.suffix}"
     return ks.kernel(name, lambda: f"""
-/* The input output row oy reads, as columns: band[(b * kh + ky) * cg + ic] = x - lo at input row
-   oy * sh - ph + ky * dh, column b - pw (zx - lo, the offset zero, outside the input), so the taps of
-   output position ox, (kx, ky, input channel), are the kw * kh * cg bytes from column ox * sw on. */
+/* The input output row oy reads from input column ix0 on, as wb columns: band[(b * kh + ky) * cg + ic]
+   = x - lo at input row oy * sh - ph + ky * dh, column ix0 + b (zx - lo, the offset zero, outside the
+   input), so the taps of an output position, (kx, ky, input channel), are kw * kh * cg consecutive
+   bytes, those of the next position sw columns further. */
 static void {name}(const {x.name} *restrict x, uint8_t *restrict band, const qcc_conv_t *restrict p, int oy,
-    long wb, int32_t zx)
+    long ix0, long wb, int32_t zx)
 {{
     const int cg = p->c / p->group;
     const long hw = (long)p->h * p->w;
     const long col = (long)p->kh * cg;
     const uint8_t zu = (uint8_t)(zx - ({x.lo}));
-    const long lo = p->pw < wb ? p->pw : wb;
-    const long hi = p->pw + p->w < wb ? p->pw + p->w : wb;
+    const long lo = ix0 >= 0 ? 0 : (-ix0 < wb ? -ix0 : wb);
+    const long hi = p->w - ix0 < wb ? (p->w - ix0 > lo ? p->w - ix0 : lo) : wb;
     int ky, ic;
     long b;
     for (ky = 0; ky < p->kh; ++ky) {{
@@ -676,7 +677,7 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict band, const qcc
             continue;
         }}
         for (ic = 0; ic < cg; ++ic) {{
-            const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w - p->pw;
+            const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w + ix0;
             for (b = lo; b < hi; ++b) {{
                 slot[b * col + ic] = (uint8_t)((int32_t)xr[b] - ({x.lo}));
             }}
@@ -744,7 +745,7 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, elem:
     gather = tile.replace("PACK", f"{packer}(x + xoff, panel, p, iy0, ix0, k0, kc, kcp, zx)").replace("P0", "p0")
     if u8:
         # rows past the map's end repeat its last position (their sums are not stored)
-        cols_at = ", ".join(f"band + (ox0 + (q + {r} < pn ? q + {r} : pn - 1)) * step" for r in range(DOT_NR))
+        cols_at = ", ".join(f"band + (ox0 - c0 + (q + {r} < pn ? q + {r} : pn - 1)) * step" for r in range(DOT_NR))
         banded = f"""{{
     for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
         part[j] = 0;
@@ -757,12 +758,15 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, elem:
     }}
 {epilogue.replace("P0", "(long)oy * p->ow + ox0")}}}
 """
-        band_setup = """    const long wb = (long)(p->ow - 1) * p->sw + p->kw;
-    const long step = (long)p->sw * p->kh * cg;
-    const int use_band = p->dw == 1 && wb * p->kh * cg <= QCC_BAND;
+        # output rows in chunks of cw positions whose band fits QCC_BAND bytes (a multiple of QCC_PT)
+        band_setup = """    const long step = (long)p->sw * p->kh * cg;
+    const long fit = QCC_BAND / ((long)p->kh * cg) < p->kw ? 0 : (QCC_BAND / ((long)p->kh * cg) - p->kw) / p->sw + 1;
+    const long cw = fit >= p->ow ? p->ow : fit / QCC_PT * QCC_PT;
+    const int use_band = p->dw == 1 && cw > 0;
+    long c0;
     uint8_t band[QCC_BAND > 0 ? QCC_BAND : 1];"""
         band_start = ""
-        band_call = f"{bander}(x + xoff, band, p, oy, wb, zx);"
+        band_call = ""
     else:
         banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
             .replace("P0", "(long)oy * p->ow + ox0")
@@ -775,6 +779,21 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, elem:
                 }
 """
         band_call = f"{bander}(x + xoff, band, held, p, oy, wb, zx);"
+    positions = f"""for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+    const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+    for (ox0 = C0; ox0 < C1; ox0 += QCC_PT) {{
+        const int pn = C1 - ox0 < QCC_PT ? (int)(C1 - ox0) : QCC_PT;
+{_indent(banded, 8)}    }}
+}}
+"""
+    if u8:
+        band_loop = f"""for (c0 = 0; c0 < p->ow; c0 += cw) {{
+    const long c1 = p->ow - c0 < cw ? p->ow : c0 + cw;
+    {bander}(x + xoff, band, p, oy, c0 * p->sw - p->pw, (c1 - c0 - 1) * p->sw + p->kw, zx);
+{_indent(positions.replace("C0", "c0").replace("C1", "c1"), 4)}}}
+"""
+    else:
+        band_loop = f"{band_call}\n" + positions.replace("C0", "0").replace("C1", "p->ow")
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.name} *restrict y,
     const qcc_conv_t *restrict p, int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult,
@@ -797,14 +816,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
             const long xoff = ((long)n * p->c + (long)g * cg) * p->h * p->w;
             if (use_band) {{
 {band_start}                for (oy = 0; oy < p->oh; ++oy) {{
-                    {band_call}
-                    for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
-                        const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
-                        for (ox0 = 0; ox0 < p->ow; ox0 += QCC_PT) {{
-                            const int pn = p->ow - ox0 < QCC_PT ? p->ow - ox0 : QCC_PT;
-{_indent(banded, 28)}                        }}
-                    }}
-                }}
+{_indent(band_loop, 20)}                }}
                 continue;
             }}
             for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{

@@ -437,7 +437,7 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
 
 DOT_MR = 4
 """Output channels per affine micro-kernel call (the weights' rows are padded to a multiple)."""
-DOT_NR = 2
+DOT_NR = 4
 """Output positions per affine tile."""
 DOT_KA = 16
 """The affine panel's rows and the weights' rows are padded to a multiple of this many taps."""

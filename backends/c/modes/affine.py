@@ -166,8 +166,13 @@ def _pool(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     params, window = pool_params(lw, node)
     if node.op in ("MaxPool", "GlobalMaxPool"):
+        moved = requant_args(x, y)
+        zx, mult, shift, zy = moved
+        if lw.ctype(x) == lw.ctype(y) and zx == zy and int(mult) == 1 << int(shift):  # y stores x's values as they are
+            fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y), same=True)
+            return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
         fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
-        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *requant_args(x, y)))])
+        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *moved))])
     m, s = ai.count_params(node, window)
     mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")
     shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shift of {node.name} per element count")

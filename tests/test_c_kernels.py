@@ -132,6 +132,7 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
         dot, band = ("qcc_dot_i16_", "qcc_band_") if "asym" in mode else ("qcc_dot_u8_", "qcc_cband_")
         assert dot in text and band in text and "qcc_packr_" in text and "qcc_dwconv_" in text
         assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
+        assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})

@@ -117,6 +117,11 @@ def with_table(ep: Epilogue, x: CType, y: CType) -> Epilogue:
                         post=f"{ep.post}r = tab[r - ({x.lo})];\n")
 
 
+def with_clamp(ep: Epilogue) -> Epilogue:
+    """An affine one-input op whose table is a clamp of the requantized value (`table_clamp`)."""
+    return ep.then("_c", ("int32_t clo", "int32_t chi"), "", "r = r < clo ? clo : (r > chi ? chi : r);\n")
+
+
 def fixed_epilogue(y: CType) -> Epilogue:
     """The runtime's saturating bias add (bias already at the output's position)."""
     return Epilogue("", (), f"const {y.name} bo = b != NULL ? b[oc] : 0;\n",

@@ -88,8 +88,14 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
     nxt = lw.consumer(y)
     if nxt is not None and ai.is_table_op(nxt.op):
         out = lw.ctype(nxt.outputs[0])
-        ep = KC.with_table(ep, cy, out)
-        args.append(lw.array(ai.unary_table(nxt), out, f"qcc_t_{nxt.name}", f"{nxt.op} table of {nxt.name}"))
+        table = ai.unary_table(nxt)
+        bounds = KE.table_clamp(table, cy, out)
+        if bounds is not None:
+            ep = KC.with_clamp(ep)
+            args += [str(b) for b in bounds]
+        else:
+            ep = KC.with_table(ep, cy, out)
+            args.append(lw.array(table, out, f"qcc_t_{nxt.name}", f"{nxt.op} table of {nxt.name}"))
         lw.fuse(nxt)
         return ep, args, out
     return ep, args, cy
@@ -186,6 +192,12 @@ def _table(lw: Lowering, node: Node) -> Step:
 
 def _table_step(lw: Lowering, node: Node, data: np.ndarray) -> Step:
     x, y = node.input(0), node.outputs[0]
+    bounds = KE.table_clamp(data, lw.ctype(x), lw.ctype(y))
+    if bounds is not None:  # a clamp of the stored value: vectorized max/min instead of a lookup
+        step = Step(node, [Call(KE.clamp(lw.kernels, lw.ctype(x)), (Ptr(x), Ptr(y), str(numel(y)),
+                                                                    *(str(b) for b in bounds)))])
+        step.inplace = (0,)
+        return step
     table = lw.array(data, lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
     step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
     step.inplace = (0,)

@@ -179,7 +179,7 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
 
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
-    table in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
+    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
     BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
     are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
     out = tmp_path / "d_f32"
@@ -187,7 +187,7 @@ def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
     assert "qcc_conv_f32_bn_relu(" in body and "qcc_batchnorm" not in body
     assert "relu1 (Relu): computed by the kernel of bn1" in body
-    for scheme, fused in (("int8", "_tq8("), ("fixed8", "_relu(")):
+    for scheme, fused in (("int8", "_c("), ("fixed8", "_relu(")):
         out = tmp_path / f"d_{scheme}"
         qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, quantize=scheme, calib=str(DIGITS / "calib.npz"))
         body = (out / f"d_{scheme}.c").read_text().split(f"d_{scheme}_run_with_arena")[1]

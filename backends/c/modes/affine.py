@@ -139,8 +139,8 @@ def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC
         wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, group))
         return KC.conv_affine(lw.kernels, cx, wt, out, ep), w, bias, mult, shift
     li = ai.layer_ints(node)
-    w = lw.array(KC.pack_affine_weights(weights, group, columns=True), INT_TYPES["int8"], f"qcc_w_{node.name}", f"{node.input(1).name} minus its zero point, "
-                 "laid out for the kernel")
+    w = lw.array(KC.pack_affine_weights(weights, group, columns=True), INT_TYPES["int8"], f"qcc_w_{node.name}",
+                 f"{node.input(1).name} minus its zero point, laid out for the kernel")
     bias = i32(lw, KC.offset_bias(weights, li.bias, ai.act(x)[1], cx.lo), f"qcc_b_{node.name}",
                f"bias of {node.name} on the accumulator scale, less the input offset (zx - {cx.lo}) x weight sums")
     return (KC.conv_affine(lw.kernels, cx, INT_TYPES["int8"], out, ep, "uint8_t"), w, bias,

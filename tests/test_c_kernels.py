@@ -34,9 +34,10 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
-TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=0", "-DQCC_POOLW=4")
-"""Tiles so small that every panel is split, every superblock and k-block has a remainder and
-the band and the pooling row buffers fall back to their window walks."""
+TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4")
+"""Tiles so small that every panel is split, every superblock and k-block has a remainder, the
+uint8 column band covers a row in chunks (long_sum: 8 of 13 positions) or not at all (the other
+layers gather their taps) and the pooling row buffers fall back to their window walks."""
 SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 
@@ -50,9 +51,10 @@ FLAGS = {"portable": ("-O3",), "native": native_flags(), "tiny-sanitized": (*SAN
 
 
 def kernel_model() -> Model:
-    """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated, 1x1 (direct
-    rows; grouped), depthwise, a long sum (dot products), Dense; Relu and BatchNorm after convs
-    (fused epilogues); overlapping max and average pooling; the global ones."""
+    """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated (along x: gathered;
+    along y: the column band), 1x1 (direct rows; grouped), depthwise, a long sum (dot products),
+    Dense; Relu and BatchNorm after convs (fused epilogues); overlapping max and average pooling;
+    the global ones."""
     rng = np.random.default_rng(11)
     g = Graph("kernels")
     x = g.add_input("x", TensorType("float32", ("N", 6, 11, 13)))
@@ -65,6 +67,8 @@ def kernel_model() -> Model:
     r1 = g.add("Relu", c1, name="r1")
     c2 = g.add("Conv", r1, const("w2", 18, 20, 3, 3), const("b2", 18), name="strided", strides=[2, 2],
                pads=[0, 1, 1, 0], dilations=[1, 2])
+    c2r = g.add("Conv", r1, const("w2r", 10, 20, 3, 2), const("b2r", 10), name="strided_rows", strides=[2, 2],
+                pads=[2, 0, 1, 1], dilations=[2, 1])
     c3 = g.add("Conv", r1, const("w3", 20, 5, 1, 1), name="pw_grouped", group=4)
     c4 = g.add("Conv", c3, const("w4", 20, 1, 3, 3), const("b4", 20), name="depthwise", group=20, pads=[1, 1, 1, 1])
     c5 = g.add("Conv", c4, const("w5", 24, 20, 3, 3), const("b5", 24), name="long_sum", pads=[1, 1, 1, 1])
@@ -76,7 +80,7 @@ def kernel_model() -> Model:
     gp = g.add("GlobalAvgPool", c6, name="gap")
     gm = g.add("GlobalMaxPool", c2, name="gmp")
     fc = g.add("Dense", g.add("Flatten", gp, name="flat"), const("wfc", 9, 7), const("bfc", 7), name="fc")
-    g.outputs = [c2, c6, mp, ap, gm, fc]
+    g.outputs = [c2, c2r, c6, mp, ap, gm, fc]
     return Model(g)
 
 
@@ -99,14 +103,19 @@ def out_size(model: Model) -> int:
     return sum(int(np.prod([d if isinstance(d, int) else 1 for d in v.type.shape])) for v in model.graph.outputs)
 
 
-def affine(model: Model, calib: dict[str, np.ndarray], dtype: str) -> Model:
+def affine(model: Model, calib: dict[str, np.ndarray], dtype: str, options: str = "") -> Model:
     ctx = PassContext()
     ctx.calib_data = calib
-    return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}}}")).run(model, ctx).model
+    return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}{options}}}")).run(model, ctx).model
+
+
+AFFINE_MODES = {"int8": ("int8", ""), "uint8": ("uint8", ""), "int8-asym-weights": ("int8", ",weight_symmetric=false")}
+"""Symmetric int8 weights take the uint8 x int8 dot products (inputs offset to uint8); asymmetric
+weights, centered, need 9 bits: the int16 dot products."""
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))
-@pytest.mark.parametrize("mode", ["fixed8", "fixed16", "int8", "uint8"])
+@pytest.mark.parametrize("mode", ["fixed8", "fixed16", *AFFINE_MODES])
 def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -> None:
     rng = np.random.default_rng(len(mode) + len(flags))
     model = kernel_model()
@@ -115,12 +124,15 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
         bits = int(mode[5:])
         annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
     else:
-        model = affine(model, calib, mode)
+        model = affine(model, calib, *AFFINE_MODES[mode])
     source = tmp_path / "k" / "k.c"
     exe = build(model, tmp_path / "k", FLAGS[flags])
     text = source.read_text()
-    if mode.startswith("int") or mode.startswith("uint"):  # the dot products, band and gathered, and rows
-        assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_dwconv_" in text
+    if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
+        dot, band = ("qcc_dot_i16_", "qcc_band_") if "asym" in mode else ("qcc_dot_u8_", "qcc_cband_")
+        assert dot in text and band in text and "qcc_packr_" in text and "qcc_dwconv_" in text
+        assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
+        assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})
@@ -167,7 +179,7 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
 
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
-    table in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
+    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
     BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
     are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
     out = tmp_path / "d_f32"
@@ -175,7 +187,7 @@ def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
     assert "qcc_conv_f32_bn_relu(" in body and "qcc_batchnorm" not in body
     assert "relu1 (Relu): computed by the kernel of bn1" in body
-    for scheme, fused in (("int8", "_tq8("), ("fixed8", "_relu(")):
+    for scheme, fused in (("int8", "_c("), ("fixed8", "_relu(")):
         out = tmp_path / f"d_{scheme}"
         qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out, quantize=scheme, calib=str(DIGITS / "calib.npz"))
         body = (out / f"d_{scheme}.c").read_text().split(f"d_{scheme}_run_with_arena")[1]

@@ -117,6 +117,11 @@ def with_table(ep: Epilogue, x: CType, y: CType) -> Epilogue:
                         post=f"{ep.post}r = tab[r - ({x.lo})];\n")
 
 
+def with_clamp(ep: Epilogue) -> Epilogue:
+    """An affine one-input op whose table is a clamp of the requantized value (`table_clamp`)."""
+    return ep.then("_c", ("int32_t clo", "int32_t chi"), "", "r = r < clo ? clo : (r > chi ? chi : r);\n")
+
+
 def fixed_epilogue(y: CType) -> Epilogue:
     """The runtime's saturating bias add (bias already at the output's position)."""
     return Epilogue("", (), f"const {y.name} bo = b != NULL ? b[oc] : 0;\n",
@@ -320,10 +325,21 @@ static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc
 """, ("conv_t",))
 
 
-def conv_affine_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
-    """The tiled kernel for affine layers with few taps: int32 panel and weights (`pack_conv_weights`
-    of the centered weights, stored int32), int32 sums, bias and requantization in the epilogue."""
-    return _conv_tiled(ks, x, w, y, ep, f"qcc_convt_{x.suffix}_{y.suffix}{ep.suffix}")
+def conv_affine_exact_float(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
+    """The tiled kernel for affine layers with few taps, summing in float32: centered inputs and
+    weights (`pack_conv_weights`, stored float) are small integers, and while every partial sum stays
+    below 2^24 in magnitude (`float_sums_exact`) each product and each sum is exact, fused or not, in
+    any order: the int32 sum, bit for bit, at the float kernel's speed (two FMA ports with 16 lanes
+    where int32 multiplies have one, and SSE2 has none)."""
+    return _conv_tiled(ks, x, FLOAT, y, ep, f"qcc_convf_{x.suffix}_{y.suffix}{ep.suffix}")
+
+
+def float_sums_exact(weights: np.ndarray, x: CType) -> bool:
+    """Every partial sum of (x - zx) * w over a channel's taps below 2^24: exact in float32."""
+    assert x.affine is not None
+    zx = int(x.affine.zero_point[0])
+    w = np.abs(np.asarray(weights, dtype=np.int64).reshape(weights.shape[0], -1))
+    return bool(w.size) and int(w.sum(axis=1).max()) * max(zx - x.lo, x.hi - zx) < 2**24
 
 
 def conv_float(ks: KernelSet, ep: Epilogue) -> str:
@@ -336,17 +352,18 @@ def conv_float(ks: KernelSet, ep: Epilogue) -> str:
 
 
 def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
-    """The tiled kernel: float, or affine integers on an int32 panel of centered inputs (padding 0,
-    the real zero) and int32 weights: 32-bit multiply-adds, which every vector unit has, with no
-    horizontal sum (layers with few taps per output, where the dot products' sums dominate)."""
+    """The tiled kernel: float, or affine integers summed exactly in float (`conv_affine_exact_float`)
+    on a panel of centered inputs (padding 0, the real zero); no horizontal sum (layers with few taps
+    per output, where the dot products' sums dominate)."""
     affine = x.affine is not None
-    acc = "int32_t" if affine else "float"
-    elem = "int32_t" if affine else x.name
+    acc = "float"
+    elem = acc if affine else x.name
     packer = pack(ks, x, elem if affine else None)
     tile = micro(ks, w.name, elem, acc)
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
+    v_t = "int32_t" if affine else "float"
     if affine:
         extra = (", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, "
                  "const int32_t *restrict shift")
@@ -400,14 +417,14 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
                     for (o = 0; o < nb; ++o) {{
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
-                        {acc} out[QCC_OB];
+                        {v_t} out[QCC_OB];
 {_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
                         for (j = 0; j < QCC_OB; ++j) {{
-                            const {acc} v = part[o * QCC_OB + j];
+                            const {v_t} v = ({v_t})part[o * QCC_OB + j];
 {_indent(ep.element, 28)}                            out[j] = r;
                         }}
                         for (j = 0; j < pn; ++j) {{
-                            {acc} r = out[j];
+                            {v_t} r = out[j];
 {_indent(ep.post, 28)}                            yo[j] = ({y.name})r;
                         }}
                     }}
@@ -425,45 +442,54 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
 
 DOT_MR = 4
 """Output channels per affine micro-kernel call (the weights' rows are padded to a multiple)."""
-DOT_NR = 2
+DOT_NR = 4
 """Output positions per affine tile."""
 DOT_KA = 16
 """The affine panel's rows and the weights' rows are padded to a multiple of this many taps."""
 
 
-def pack_affine_weights(w: np.ndarray, group: int) -> np.ndarray:
+def pack_affine_weights(w: np.ndarray, group: int, columns: bool = False) -> np.ndarray:
     """Centered OIHW (or Dense's transposed (M, K) as (M, K, 1, 1)) weights -> per group, rows of
-    DOT_MR-padded output channels, each tap-major (ky, kx, input channel) and zero-padded to a
-    multiple of DOT_KA taps: the dot products' contiguous operand."""
+    DOT_MR-padded output channels, each tap-major (ky, kx, input channel; with `columns`, the order
+    of the uint8 kernels' column band: kx, ky, input channel) and zero-padded to a multiple of DOT_KA
+    taps: the dot products' contiguous operand."""
     o, cg, kh, kw = w.shape
     og = o // group
     rows = -(-og // DOT_MR) * DOT_MR
     taps = kh * kw * cg
     kp = -(-taps // DOT_KA) * DOT_KA
-    per = w.reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, taps)
+    order = (0, 1, 4, 3, 2) if columns else (0, 1, 3, 4, 2)
+    per = w.reshape(group, og, cg, kh, kw).transpose(*order).reshape(group, og, taps)
     out = np.zeros((group, rows, kp), dtype=w.dtype)
     out[:, :og, :taps] = per
     return out.reshape(-1)
 
 
-def dot_micro(ks: KernelSet, w: CType) -> str:
-    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums of int16 products, the
-    reduction over k innermost (what compilers turn into pmaddwd / vpdpwssd, SMLAD on Cortex-M)."""
-    name = f"qcc_dot_i16_{w.suffix}"
+def dot_micro(ks: KernelSet, w: CType, panel: str = "int16_t") -> str:
+    """out[o][q] += sum over k of w[o][k] * panel[q][k]: DOT_MR x DOT_NR sums, the reduction over k
+    innermost: what compilers turn into pmaddwd / vpdpwssd on int16 panels, vpdpbusd (four uint8 x int8
+    products a 32-bit lane) on uint8 panels with int8 weights, SMLAD on Cortex-M."""
+    name = f"qcc_dot_{_short(panel)}_{w.suffix}"
     rows, cols = range(DOT_MR), range(DOT_NR)
-    panels = "\n".join(f"    const int16_t *restrict x{q} = panel + {q} * ldx;" for q in cols)
+
     weights = "\n".join(f"    const {w.name} *restrict w{o} = w + {o} * ldw;" for o in rows)
     decl = "\n".join(f"    int32_t {', '.join(f's{o}{q} = 0' for q in cols)};" for o in rows)
     loads = "\n".join(f"        const int32_t a{q} = x{q}[k];" for q in cols) + "\n" + \
         "\n".join(f"        const int32_t b{o} = w{o}[k];" for o in rows)
     macs = "\n".join(f"        {' '.join(f's{o}{q} += b{o} * a{q};' for q in cols)}" for o in rows)
     store = "\n".join(f"    out[{o} * QCC_PT + {q}] += s{o}{q};" for o in rows for q in cols)
+    rows_in = ", ".join(f"const {panel} *restrict x{q}" for q in cols)
     return ks.kernel(name, lambda: f"""
-/* out[o * QCC_PT + q] += dot(w row o, panel row q) over kc taps (a multiple of {DOT_KA}). */
-static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *restrict w, long ldw, long kc,
-    int32_t *restrict out)
+/* out[o * QCC_PT + q] += dot(w row o, row xq) over kc taps. GCC on x86-64 compiles it for 256-bit
+   vectors even where 512-bit ones are allowed (-march with AVX-512): the sums are short and the
+   wider vectors' horizontal sums and remainders cost more than they save (measured on digits 1.9x,
+   squeezenet 1.3x the time; bench/bench_c.py). A tuning hint; other compilers ignore it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("prefer-vector-width=256")
+#endif
+static void {name}({rows_in}, const {w.name} *restrict w, long ldw, long kc, int32_t *restrict out)
 {{
-{panels}
 {weights}
 {decl}
     long k;
@@ -473,16 +499,31 @@ static void {name}(const int16_t *restrict panel, long ldx, const {w.name} *rest
     }}
 {store}
 }}
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC pop_options
+#endif
 """)
 
 
-def _pack_rows(ks: KernelSet, x: CType) -> str:
-    name = f"qcc_packr_{x.suffix}"
+def _panel_offset(x: CType, elem: str) -> str:
+    """What a panel adds to the centered input x - zx: nothing on int16 panels; zx - lo on uint8 panels,
+    which hold x - lo (0 .. 255; the padding zx - lo), the kernel's bias having subtracted
+    (zx - lo) times the weights' sum (`offset_bias`)."""
+    return f" + (zx - ({x.lo}))" if elem == "uint8_t" else ""
+
+
+def _pack_rows(ks: KernelSet, x: CType, elem: str) -> str:
+    name = f"qcc_packr_{x.suffix}_{_short(elem)}"
+    zu = _panel_offset(x, elem)
+    # uint8 rows follow the column band's tap order (kx, ky, input channel), int16 rows (ky, kx, ...)
+    dy, dx = ("tap % p->kh", "tap / p->kh") if elem == "uint8_t" else ("tap / p->kw", "tap % p->kw")
+    taps = f"        const int dy = {dy} * p->dh;\n        const int dx = {dx} * p->dw;"
+
     return ks.kernel(name, lambda: f"""
-/* panel[q][k] = x - zx at tap k (k0 <= k < k0 + kc, (ky, kx, input channel) order) of output
-   position q < QCC_PT; 0 outside the input (read at offset 0 and masked: no branch in the loop) and
-   for kc <= k < kcp. */
-static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qcc_conv_t *restrict p,
+/* panel[q][k] = x - zx (uint8 rows: x - lo) at tap k (k0 <= k < k0 + kc; (ky, kx, input channel)
+   order, uint8 rows (kx, ky, input channel)) of output position q < QCC_PT; 0 (uint8: zx - lo) outside
+   the input (read at offset 0 and masked: no branch in the loop) and for kc <= k < kcp. */
+static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
     const int *restrict iy0, const int *restrict ix0, long k0, long kc, long kcp, int32_t zx)
 {{
     const int cg = p->c / p->group;
@@ -492,8 +533,7 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qc
     long k = 0, j;
     int q;
     while (k < kc) {{
-        const int dy = tap / p->kw * p->dh;
-        const int dx = tap % p->kw * p->dw;
+{taps}
         const long n = cg - ic < kc - k ? cg - ic : kc - k;
         long off[QCC_PT];
         int32_t mask[QCC_PT];
@@ -507,7 +547,7 @@ static void {name}(const {x.name} *restrict x, int16_t *restrict panel, const qc
         for (j = 0; j < n; ++j) {{
             const {x.name} *restrict xc = x + (ic + j) * hw;
             for (q = 0; q < QCC_PT; ++q) {{
-                panel[q * kcp + k + j] = (int16_t)(((int32_t)xc[off[q]] - zx) & mask[q]);
+                panel[q * kcp + k + j] = ({elem})((((int32_t)xc[off[q]] - zx) & mask[q]){zu});
             }}
         }}
         k += n;
@@ -609,39 +649,71 @@ static void qcc_band_panel(const int16_t *restrict band, int16_t *restrict panel
 """, ("conv_t",))
 
 
-def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> str:
-    """Sums of (x - zx) * w as dot products: per tile of QCC_PT output positions the taps are
-    copied (centered, int16) into rows, QCC_KCI at a time, and every QCC_MR output channels take
-    their dot products with every QCC_NR rows; the bias and requantization in the epilogue, a
-    fixed-length loop per output channel. Weights: `pack_affine_weights`.
-
-    Kernels wider than one tap whose input rows fit QCC_BAND elements copy each input row once,
-    transposed (a band of kh rows, reused by the next output row), and fill the rows from it with
-    runs of input channels; the rest gather the taps from the input."""
-    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{ep.suffix}"
-    packer = _pack_rows(ks, x)
-    bander = _band_rows(ks, x)
-    dot = dot_micro(ks, w)
-    for helper in ep.helpers:
-        ks.helper(helper)
-    params = "".join(f", {p}" for p in ep.params)
-    tile = f"""{{
-    const int pairs = (pn + QCC_NR - 1) / QCC_NR;
-    for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
-        part[j] = 0;
-    }}
-    for (k0 = 0; k0 < kk; k0 += QCC_KCI) {{
-        const long kc = kk - k0 < QCC_KCI ? kk - k0 : QCC_KCI;
-        const long kcp = (kc + QCC_KA - 1) / QCC_KA * QCC_KA;
-        PACK;
-        for (o = 0; o < nb; o += QCC_MR) {{
-            const {w.name} *restrict wo = w + ((long)g * rows + ob0 + o) * kp + k0;
-            for (q = 0; q < pairs; ++q) {{
-                {dot}(panel + (long)q * QCC_NR * kcp, kcp, wo, kp, kcp, part + (long)o * QCC_PT + q * QCC_NR);
+def _column_band(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_cband_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* The input output row oy reads from input column ix0 on, as wb columns: band[(b * kh + ky) * cg + ic]
+   = x - lo at input row oy * sh - ph + ky * dh, column ix0 + b (zx - lo, the offset zero, outside the
+   input), so the taps of an output position, (kx, ky, input channel), are kw * kh * cg consecutive
+   bytes, those of the next position sw columns further. */
+static void {name}(const {x.name} *restrict x, uint8_t *restrict band, const qcc_conv_t *restrict p, int oy,
+    long ix0, long wb, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const long hw = (long)p->h * p->w;
+    const long col = (long)p->kh * cg;
+    const uint8_t zu = (uint8_t)(zx - ({x.lo}));
+    const long lo = ix0 >= 0 ? 0 : (-ix0 < wb ? -ix0 : wb);
+    const long hi = p->w - ix0 < wb ? (p->w - ix0 > lo ? p->w - ix0 : lo) : wb;
+    int ky, ic;
+    long b;
+    for (ky = 0; ky < p->kh; ++ky) {{
+        const int iy = oy * p->sh - p->ph + ky * p->dh;
+        uint8_t *restrict slot = band + (long)ky * cg;
+        const int inside = iy >= 0 && iy < p->h;
+        for (b = 0; b < wb; ++b) {{
+            if (!inside || b < lo || b >= hi) {{
+                for (ic = 0; ic < cg; ++ic) {{
+                    slot[b * col + ic] = zu;
+                }}
+            }}
+        }}
+        if (!inside) {{
+            continue;
+        }}
+        for (ic = 0; ic < cg; ++ic) {{
+            const {x.name} *restrict xr = x + ic * hw + (long)iy * p->w + ix0;
+            for (b = lo; b < hi; ++b) {{
+                slot[b * col + ic] = (uint8_t)((int32_t)xr[b] - ({x.lo}));
             }}
         }}
     }}
-    for (o = 0; o < nb; ++o) {{
+}}
+""", ("conv_t",))
+
+
+def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, elem: str = "int16_t") -> str:
+    """Sums of (x - zx) * w as dot products: per tile of QCC_PT output positions, every QCC_MR output
+    channels take their dot products with QCC_NR rows of taps at a time; the bias and requantization
+    in the epilogue, a fixed-length loop per output channel. Weights: `pack_affine_weights`.
+
+    `elem` "int16_t": the rows hold x - zx, copied from the input QCC_KCI taps at a time; kernels wider
+    than one tap whose input rows fit QCC_BAND elements copy each input row once, transposed (a band
+    of kh rows, reused by the next output row), and fill the rows from it with runs of input channels.
+    `elem` "uint8_t" (int8 weights, `pack_affine_weights(columns=True)`): the rows hold x - lo
+    (`_panel_offset`; the bias passed is `offset_bias`'s) and the dot products are uint8 x int8
+    (vpdpbusd with AVX512-VNNI / AVX-VNNI). With dilation 1 along x and a column band
+    (`_column_band`) of QCC_BAND bytes at most, the dot products read the band in place: one copy of
+    kh input rows per output row, no panel. The rest gather the taps from the input."""
+    u8 = elem == "uint8_t"
+    name = f"qcc_conv_{x.suffix}_{w.suffix}_{y.suffix}{'_u8' if u8 else ''}{ep.suffix}"
+    packer = _pack_rows(ks, x, elem)
+    bander = _column_band(ks, x) if u8 else _band_rows(ks, x)
+    dot = dot_micro(ks, w, elem)
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
+    epilogue = f"""    for (o = 0; o < nb; ++o) {{
         const int oc = g * og + ob0 + o;
         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + P0;
         int32_t out[QCC_PT];
@@ -655,11 +727,78 @@ def conv_affine(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue) -> st
 {_indent(ep.post, 12)}            yo[q] = ({y.name})r;
         }}
     }}
-}}
+"""
+    rows_at = ", ".join(f"panel + ((long)q * QCC_NR + {r}) * kcp" for r in range(DOT_NR))
+    tile = f"""{{
+    const int pairs = (pn + QCC_NR - 1) / QCC_NR;
+    for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
+        part[j] = 0;
+    }}
+    for (k0 = 0; k0 < kk; k0 += QCC_KCI) {{
+        const long kc = kk - k0 < QCC_KCI ? kk - k0 : QCC_KCI;
+        const long kcp = (kc + QCC_KA - 1) / QCC_KA * QCC_KA;
+        PACK;
+        for (o = 0; o < nb; o += QCC_MR) {{
+            const {w.name} *restrict wo = w + ((long)g * rows + ob0 + o) * kp + k0;
+            for (q = 0; q < pairs; ++q) {{
+                {dot}({rows_at}, wo, kp, kcp, part + (long)o * QCC_PT + q * QCC_NR);
+            }}
+        }}
+    }}
+{epilogue}}}
 """
     gather = tile.replace("PACK", f"{packer}(x + xoff, panel, p, iy0, ix0, k0, kc, kcp, zx)").replace("P0", "p0")
-    banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
-        .replace("P0", "(long)oy * p->ow + ox0")
+    if u8:
+        # rows past the map's end repeat its last position (their sums are not stored)
+        cols_at = ", ".join(f"band + (ox0 - c0 + (q + {r} < pn ? q + {r} : pn - 1)) * step" for r in range(DOT_NR))
+        banded = f"""{{
+    for (j = 0; j < QCC_OS * QCC_PT; ++j) {{
+        part[j] = 0;
+    }}
+    for (o = 0; o < nb; o += QCC_MR) {{
+        const {w.name} *restrict wo = w + ((long)g * rows + ob0 + o) * kp;
+        for (q = 0; q < pn; q += QCC_NR) {{
+            {dot}({cols_at}, wo, kp, kk, part + (long)o * QCC_PT + q);
+        }}
+    }}
+{epilogue.replace("P0", "(long)oy * p->ow + ox0")}}}
+"""
+        # output rows in chunks of cw positions whose band fits QCC_BAND bytes (a multiple of QCC_PT)
+        band_setup = """    const long step = (long)p->sw * p->kh * cg;
+    const long fit = QCC_BAND / ((long)p->kh * cg) < p->kw ? 0 : (QCC_BAND / ((long)p->kh * cg) - p->kw) / p->sw + 1;
+    const long cw = fit >= p->ow ? p->ow : fit / QCC_PT * QCC_PT;
+    const int use_band = p->dw == 1 && cw > 0;
+    long c0;
+    uint8_t band[QCC_BAND > 0 ? QCC_BAND : 1];"""
+        band_start = ""
+        band_call = ""
+    else:
+        banded = tile.replace("PACK", "qcc_band_panel(band, panel, p, oy, ox0, pn, wb, k0, kc, kcp)") \
+            .replace("P0", "(long)oy * p->ow + ox0")
+        band_setup = f"""    const long wb = (long)(p->ow - 1) * p->sw + (long)(p->kw - 1) * p->dw + 1;
+    const int use_band = p->kh * p->kw > 1 && p->kh <= QCC_RING && (long)p->kh * wb * cg <= QCC_BAND;
+    {elem} band[QCC_BAND > 0 ? QCC_BAND : 1];
+    int held[QCC_RING];"""
+        band_start = """                for (q = 0; q < QCC_RING; ++q) {
+                    held[q] = -(1 << 30);
+                }
+"""
+        band_call = f"{bander}(x + xoff, band, held, p, oy, wb, zx);"
+    positions = f"""for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
+    const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+    for (ox0 = C0; ox0 < C1; ox0 += QCC_PT) {{
+        const int pn = C1 - ox0 < QCC_PT ? (int)(C1 - ox0) : QCC_PT;
+{_indent(banded, 8)}    }}
+}}
+"""
+    if u8:
+        band_loop = f"""for (c0 = 0; c0 < p->ow; c0 += cw) {{
+    const long c1 = p->ow - c0 < cw ? p->ow : c0 + cw;
+    {bander}(x + xoff, band, p, oy, c0 * p->sw - p->pw, (c1 - c0 - 1) * p->sw + p->kw, zx);
+{_indent(positions.replace("C0", "c0").replace("C1", "c1"), 4)}}}
+"""
+    else:
+        band_loop = f"{band_call}\n" + positions.replace("C0", "0").replace("C1", "p->ow")
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.name} *restrict y,
     const qcc_conv_t *restrict p, int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult,
@@ -671,11 +810,8 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
     const long kp = (kk + QCC_KA - 1) / QCC_KA * QCC_KA;
-    const long wb = (long)(p->ow - 1) * p->sw + (long)(p->kw - 1) * p->dw + 1;
-    const int use_band = p->kh * p->kw > 1 && p->kh <= QCC_RING && (long)p->kh * wb * cg <= QCC_BAND;
-    int16_t panel[QCC_PT * QCC_KCI];
-    int16_t band[QCC_BAND > 0 ? QCC_BAND : 1];
-    int held[QCC_RING];
+{band_setup}
+    {elem} panel[QCC_PT * QCC_KCI];
     int32_t part[QCC_OS * QCC_PT];
     int iy0[QCC_PT], ix0[QCC_PT];
     int n, g, ob0, q, o, oy, ox0;
@@ -684,18 +820,8 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
         for (g = 0; g < p->group; ++g) {{
             const long xoff = ((long)n * p->c + (long)g * cg) * p->h * p->w;
             if (use_band) {{
-                for (q = 0; q < QCC_RING; ++q) {{
-                    held[q] = -(1 << 30);
-                }}
-                for (oy = 0; oy < p->oh; ++oy) {{
-                    {bander}(x + xoff, band, held, p, oy, wb, zx);
-                    for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
-                        const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
-                        for (ox0 = 0; ox0 < p->ow; ox0 += QCC_PT) {{
-                            const int pn = p->ow - ox0 < QCC_PT ? p->ow - ox0 : QCC_PT;
-{_indent(banded, 28)}                        }}
-                    }}
-                }}
+{band_start}                for (oy = 0; oy < p->oh; ++oy) {{
+{_indent(band_loop, 20)}                }}
                 continue;
             }}
             for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
@@ -713,6 +839,21 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, {y.na
     }}
 }}
 """, ("conv_t",))
+
+
+def offset_bias(weights: np.ndarray, bias: np.ndarray, zx: int, lo: int) -> np.ndarray:
+    """The accumulator bias of a uint8-panel kernel (`conv_affine` with elem uint8_t): the panel holds
+    x - lo where the sum wants x - zx, so every output channel's sum is (zx - lo) * (sum of its
+    weights) too large; exact, folded into the bias once."""
+    sums = np.asarray(weights, dtype=np.int64).reshape(weights.shape[0], -1).sum(axis=1)
+    return np.asarray(bias, dtype=np.int64) - (zx - lo) * sums
+
+
+def u8_dot_fits(weights: np.ndarray, lo: int, hi: int) -> bool:
+    """int8 weights whose uint8 x int8 dot products cannot overflow int32 (any input, padding included)."""
+    w = np.asarray(weights, dtype=np.int64).reshape(weights.shape[0], -1)
+    return bool(w.size) and int(w.min()) >= -128 and int(w.max()) <= 127 and \
+        int(np.abs(w).sum(axis=1).max()) * (hi - lo) < 2**31
 
 
 # ---------------------------------------------------------------- fixed-point convolution

@@ -8,6 +8,7 @@ binary ops requantize in int64 (`qcc.sim.affine_int`).
 
 from __future__ import annotations
 
+import numpy as np
 from qcc.backends.c.ctype import CType, scale_params
 from qcc.backends.c.kernels.helpers import KernelSet, signature
 
@@ -143,6 +144,33 @@ static void {name}(const {x.name} *x, {y.name} *y, long n, const {y.name} *t)
     }}
 }}
 """)
+
+
+def clamp(ks: KernelSet, x: CType) -> str:
+    """A lookup table that is a clamp of the stored value (an affine Relu, Clip, or the identity:
+    `table_clamp`): max and min, which vectorize where the table's gather does not. In place allowed."""
+    name = f"qcc_clamp_{x.suffix}"
+    return ks.kernel(name, lambda: f"""
+/* y = x clamped to [lo, hi] (a lookup table that is a clamp). */
+static void {name}(const {x.name} *x, {x.name} *y, long n, int32_t lo, int32_t hi)
+{{
+    long i;
+    for (i = 0; i < n; ++i) {{
+        const int32_t v = x[i];
+        y[i] = ({x.name})(v < lo ? lo : (v > hi ? hi : v));
+    }}
+}}
+""")
+
+
+def table_clamp(table: np.ndarray, x: CType, y: CType) -> tuple[int, int] | None:
+    """(lo, hi) when the lookup table of x's stored values is the clamp of the value itself to
+    [lo, hi] and y stores the same type, else None."""
+    if x.name != y.name:
+        return None
+    values = np.arange(x.lo, x.hi + 1)
+    lo, hi = int(np.min(table)), int(np.max(table))
+    return (lo, hi) if np.array_equal(np.asarray(table), np.clip(values, lo, hi)) else None
 
 
 AFFINE_BINARY = {

@@ -179,7 +179,7 @@ typedef struct {
 /* affine convolutions: dot products of QCC_MR weight rows with QCC_NR panel rows of at most QCC_KCI
    taps (the weight layout pads rows to multiples of QCC_KA taps: fixed), QCC_PT positions a tile */
 #define QCC_MR 4
-#define QCC_NR 2
+#define QCC_NR 4
 #define QCC_KA 16
 #ifndef QCC_PT
 #define QCC_PT 8 /* output positions per affine tile (a multiple of QCC_NR) */

@@ -3,7 +3,9 @@
 Separable: per output row, the window's input rows are reduced column by column into a padded row
 buffer (fixed-length passes along the row), then each output reduces kw consecutive (strided)
 buffer entries, so no input element is read once per window it belongs to. Maps wider than the
-buffer (QCC_POOLW) take the window-by-window walk. Max pads with the type's lowest value, which a
+buffer (QCC_POOLW) take the window-by-window walk. Input, output and geometry are `restrict` (a
+pooling step never runs in place): an 8-bit output would otherwise alias every other pointer and
+force reloads of the geometry after each store. Max pads with the type's lowest value, which a
 window that holds any input element never returns; averages pad with 0 and count the elements as
 the window walk does (padding counted with count_include_pad)."""
 
@@ -108,12 +110,14 @@ def pool_loops(body: str, decls: str, kind: str, fast: str = "") -> str:
 """
 
 
-def maxpool(ks: KernelSet, x: CType, y: CType) -> str:
-    """Max over the window, then the element copy of `_convert` (requantization is monotone)."""
-    name = f"qcc_maxpool_{x.suffix}" + ("" if x.suffix == y.suffix else f"_{y.suffix}")
-    acc = "float" if not x.is_int else "int32_t"
-    store, helpers, extra = convert(x, y, "m")
-    params = ", ".join([f"const {x.name} *x", f"{y.name} *y", "const qcc_pool_t *p", *extra])
+def maxpool(ks: KernelSet, x: CType, y: CType, same: bool = False) -> str:
+    """Max over the window, then the element copy of `_convert` (requantization is monotone).
+    `same`: the output stores the input's values as they are (the affine requantization between
+    them is the identity): a max of stored values in their own type, no conversion."""
+    name = f"qcc_maxpool_{x.suffix}" + ("_same" if same else "" if x.suffix == y.suffix else f"_{y.suffix}")
+    acc = x.name if same else "float" if not x.is_int else "int32_t"
+    store, helpers, extra = ("m", (), []) if same else convert(x, y, "m")
+    params = ", ".join([f"const {x.name} *restrict x", f"{y.name} *restrict y", "const qcc_pool_t *restrict p", *extra])
     body = f"""
                     m = x[plane * p->h * p->w + (long)hs * p->w + ws];
                     for (iy = hs; iy < he; ++iy) {{
@@ -148,14 +152,14 @@ def avgpool(ks: KernelSet, t: CType) -> str:
                   f"                        y[(plane * p->oh + oy) * p->ow + ox] = ({t.name})qcc_wrap(\n"
                   f"                            qcc_sat(qcc_shift(a, shift), ({lo + 1} - 1), {hi}), {t.bits});")
         decls = f"\n                    {sum_t} s = 0;\n                    long count;\n                    int32_t a;"
-        params = f"const {t.name} *x, {t.name} *y, const qcc_pool_t *p, int shift"
+        params = f"const {t.name} *restrict x, {t.name} *restrict y, const qcc_pool_t *restrict p, int shift"
         helpers: tuple[str, ...] = ("pool_t", "sat", "shift", "wrap")
     else:
         sum_t = "float"
         store = "y[plane * p->oh * p->ow + (long)oy * p->ow + ox] = s / (float)count;"
         finish = "y[(plane * p->oh + oy) * p->ow + ox] = r / (float)count;"
         decls = "\n                    float s = 0.0f;\n                    long count;"
-        params = "const float *x, float *y, const qcc_pool_t *p"
+        params = "const float *restrict x, float *restrict y, const qcc_pool_t *restrict p"
         helpers = ("pool_t",)
     body = f"""
                     for (iy = hs; iy < he; ++iy) {{
@@ -178,8 +182,8 @@ def avgpool_affine(ks: KernelSet, x: CType, y: CType) -> str:
                     }}
                     y[plane * p->oh * p->ow + (long)oy * p->ow + ox] =
                         ({y.name})qcc_requant(s, mult[count], shift[count], zy, {y.lo}, {y.hi});"""
-    params = (f"const {x.name} *x, {y.name} *y, const qcc_pool_t *p, int32_t zx, const int32_t *mult, "
-              "const int32_t *shift, int32_t zy")
+    params = (f"const {x.name} *restrict x, {y.name} *restrict y, const qcc_pool_t *restrict p, int32_t zx, "
+              "const int32_t *restrict mult, const int32_t *restrict shift, int32_t zy")
     decls = "\n                    int32_t s = 0;\n                    long count;"
     fast = separable(x, "int32_t", "0", "*slot += v;",
                      f"y[(plane * p->oh + oy) * p->ow + ox] = ({y.name})qcc_requant(r, mult[count], shift[count], "

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 import qcc.backends.c.modes.shared as shared
-from qcc.backends.c.ctype import CType, hexfloat
+from qcc.backends.c.ctype import FLOAT, CType, hexfloat
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import elementwise as KE
 from qcc.backends.c.kernels import matmul as KMm
@@ -88,8 +88,14 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
     nxt = lw.consumer(y)
     if nxt is not None and ai.is_table_op(nxt.op):
         out = lw.ctype(nxt.outputs[0])
-        ep = KC.with_table(ep, cy, out)
-        args.append(lw.array(ai.unary_table(nxt), out, f"qcc_t_{nxt.name}", f"{nxt.op} table of {nxt.name}"))
+        table = ai.unary_table(nxt)
+        bounds = KE.table_clamp(table, cy, out)
+        if bounds is not None:
+            ep = KC.with_clamp(ep)
+            args += [str(b) for b in bounds]
+        else:
+            ep = KC.with_table(ep, cy, out)
+            args.append(lw.array(table, out, f"qcc_t_{nxt.name}", f"{nxt.op} table of {nxt.name}"))
         lw.fuse(nxt)
         return ep, args, out
     return ep, args, cy
@@ -97,11 +103,12 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg], CType]:
 
 TILED_TAPS = 96
 """Layers with fewer taps per output (input channels x kernel size) run on the tiled kernel
-(int32 lanes, no horizontal sums); longer sums on the dot products."""
+(exact float lanes, no horizontal sums); longer sums on the dot products."""
 
 
 def _conv(lw: Lowering, node: Node) -> Step:
-    """Depthwise along rows; few taps: the tiled kernel; else dot products."""
+    """Depthwise along rows; few taps: the tiled kernel (sums exact in float32, always with 8-bit
+    operands and fewer than TILED_TAPS taps); else dot products."""
     x, y = node.input(0), node.outputs[0]
     li = ai.layer_ints(node)
     group = node.attrs["group"]
@@ -110,17 +117,35 @@ def _conv(lw: Lowering, node: Node) -> Step:
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
         fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
-    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS:
-        w = lw.array(KC.pack_conv_weights(li.weights, group), INT_TYPES["int32"], f"qcc_w_{node.name}",
+    elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS and KC.float_sums_exact(li.weights, cx):
+        w = lw.array(KC.pack_conv_weights(li.weights, group), FLOAT, f"qcc_w_{node.name}",
                      f"{node.input(1).name} minus its zero point, blocks of {KC.WB} output channels by tap")
         bias = i32(lw, li.bias, f"qcc_b_{node.name}", f"bias of {node.name} on the accumulator scale")
         mult = i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}")
         shift = i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}")
-        fn = KC.conv_affine_tiled(lw.kernels, cx, INT_TYPES["int32"], out, ep)
+        fn = KC.conv_affine_exact_float(lw.kernels, cx, out, ep)
     else:
-        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(li.weights, group))
-        fn = KC.conv_affine(lw.kernels, cx, wt, out, ep)
+        fn, w, bias, mult, shift = _dot_layer(lw, node, li.weights, group, ep, out)
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), bias, mult, shift, *extra))])
+
+
+def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC.Epilogue,
+               out: CType) -> tuple[str, str, str, str, str]:
+    """The dot-product kernel and its arrays: uint8 x int8 products (offset inputs, the offset folded into
+    the bias) when the centered weights are int8, else int16 products of centered inputs."""
+    x = node.input(0)
+    cx = lw.ctype(x)
+    if not KC.u8_dot_fits(weights, cx.lo, cx.hi):
+        wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, group))
+        return KC.conv_affine(lw.kernels, cx, wt, out, ep), w, bias, mult, shift
+    li = ai.layer_ints(node)
+    w = lw.array(KC.pack_affine_weights(weights, group, columns=True), INT_TYPES["int8"], f"qcc_w_{node.name}",
+                 f"{node.input(1).name} minus its zero point, laid out for the kernel")
+    bias = i32(lw, KC.offset_bias(weights, li.bias, ai.act(x)[1], cx.lo), f"qcc_b_{node.name}",
+               f"bias of {node.name} on the accumulator scale, less the input offset (zx - {cx.lo}) x weight sums")
+    return (KC.conv_affine(lw.kernels, cx, INT_TYPES["int8"], out, ep, "uint8_t"), w, bias,
+            i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
+            i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
 
 
 def _conv_transpose(lw: Lowering, node: Node) -> Step:
@@ -137,9 +162,8 @@ def _dense(lw: Lowering, node: Node) -> Step:
     n, k = static_shape(x)
     m = static_shape(y)[1]
     weights = ai.layer_ints(node).weights.T.reshape(m, k, 1, 1)
-    wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, 1))
     ep, extra, out = _epilogue(lw, node)
-    fn = KC.conv_affine(lw.kernels, lw.ctype(x), wt, out, ep)
+    fn, w, bias, mult, shift = _dot_layer(lw, node, weights, 1, ep, out)
     geometry = lw.struct("qcc_conv_t", f"qcc_p_{node.name}", [n, k, 1, 1, m, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1])
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), geometry, zp(x), bias, mult, shift, *extra))])
 
@@ -148,8 +172,13 @@ def _pool(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     params, window = pool_params(lw, node)
     if node.op in ("MaxPool", "GlobalMaxPool"):
+        moved = requant_args(x, y)
+        zx, mult, shift, zy = moved
+        if lw.ctype(x) == lw.ctype(y) and zx == zy and int(mult) == 1 << int(shift):  # y stores x's values as they are
+            fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y), same=True)
+            return Step(node, [Call(fn, (Ptr(x), Ptr(y), params))])
         fn = KP.maxpool(lw.kernels, lw.ctype(x), lw.ctype(y))
-        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *requant_args(x, y)))])
+        return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *moved))])
     m, s = ai.count_params(node, window)
     mult = i32(lw, m, f"qcc_m_{node.name}", f"requantization multiplier of {node.name} per element count")
     shift = i32(lw, s, f"qcc_s_{node.name}", f"requantization shift of {node.name} per element count")
@@ -163,6 +192,12 @@ def _table(lw: Lowering, node: Node) -> Step:
 
 def _table_step(lw: Lowering, node: Node, data: np.ndarray) -> Step:
     x, y = node.input(0), node.outputs[0]
+    bounds = KE.table_clamp(data, lw.ctype(x), lw.ctype(y))
+    if bounds is not None:  # a clamp of the stored value: vectorized max/min instead of a lookup
+        step = Step(node, [Call(KE.clamp(lw.kernels, lw.ctype(x)), (Ptr(x), Ptr(y), str(numel(y)),
+                                                                    *(str(b) for b in bounds)))])
+        step.inplace = (0,)
+        return step
     table = lw.array(data, lw.ctype(y), f"qcc_t_{node.name}", f"{node.op} table of {node.name}")
     step = Step(node, [Call(KE.table(lw.kernels, lw.ctype(x), lw.ctype(y)), (Ptr(x), Ptr(y), str(numel(y)), table))])
     step.inplace = (0,)

@@ -141,11 +141,16 @@ def measured(argv: list[str], log: Path) -> tuple[float, float]:
     return float(wall), float(maxrss_kb) / 1024
 
 
-def run_tools(case: Case, work: Path, qcc_methods: list[str], repeat: int = 1) -> list[Row]:
+def run_tools(case: Case, work: Path, qcc_methods: list[str], repeat: int = 1,
+              like_for_like: bool = False) -> list[Row]:
     rows = []
     qcc_configs = [(f"uint8 {m}", ["--quantize", "uint8", "--method", m], f"uint8 {m}") for m in qcc_methods]
-    qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor"], "uint8 minmax per-tensor"))
-    qcc_configs.append(("int8 minmax", ["--quantize", "int8"], "int8"))
+    qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor", "--method", "minmax"],
+                        "uint8 minmax per-tensor"))
+    qcc_configs.append(("int8 minmax", ["--quantize", "int8", "--method", "minmax"], "int8"))
+    if like_for_like:  # quantize_static's work only: calibrate, quantize, write (no bias correction)
+        qcc_configs += [(f"{config}, no bias-correct", [*extra, "--no-bias-correct", "--no-equalize"], pair)
+                        for config, extra, pair in list(qcc_configs)]
     for i, (config, extra, pair) in enumerate(qcc_configs):
         out = work / f"{case.name}_qcc{i}.onnx"
         argv = [sys.executable, "-m", "qcc", "compile", str(case.model), "-o", str(out), "--target", "onnx-qdq",
@@ -276,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=20, help="latency runs (median)")
     ap.add_argument("--qcc-methods", default="minmax,percentile,entropy")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool config; the fastest counts")
+    ap.add_argument("--like-for-like", action="store_true",
+                    help="also each qcc config with --no-bias-correct --no-equalize (quantize_static's work)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--ort-worker", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -290,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         print(lines[0], flush=True)
         for name in args.models.split(","):
             case = prepare(name, work, args.samples, args.eval_samples)
-            rows = run_tools(case, work, args.qcc_methods.split(","), args.repeat)
+            rows = run_tools(case, work, args.qcc_methods.split(","), args.repeat, args.like_for_like)
             part = evaluate(case, rows, args.runs)
             print("\n".join(part) + "\n", flush=True)
             lines += [*part, ""]

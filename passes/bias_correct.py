@@ -24,6 +24,7 @@ Report section `bias_correct`: per layer, the largest shift in units of the outp
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
+from qcc.pm.parallel import Workers
 from qcc.quant.biascorr import ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
@@ -106,36 +108,73 @@ class BiasCorrect(Pass):
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, np.ndarray]:
         """Sequential correction on one batch of the first `samples` samples; a model with a
-        static batch dimension is measured layer by layer instead (`_own_errors`)."""
+        static batch dimension is measured layer by layer instead (`own_errors`)."""
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
         if len(parts) == 1:
             return _sequential(model, layers, parts[0])
-        return _own_errors(model, layers, parts)
+        return own_errors(model, layers, parts, ctx.workers)
 
 
-def _own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]]) -> dict[int, np.ndarray]:
+def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],
+               workers: Workers | None = None) -> dict[int, np.ndarray]:
     """Per layer, stored output minus the float layer on the same stored input, streamed over the
-    batches (a static batch dimension: the sequential correction needs all samples at once)."""
+    batches (a static batch dimension: the sequential correction needs all samples at once).
+
+    On `workers`, contiguous runs of batches are measured in parallel; each batch's sums come
+    back on their own and are added in batch order, the additions the single process makes, so
+    the shifts (and the bytes written) do not depend on the number of workers."""
+    if workers is not None and workers.parallel and len(parts) > 1:
+        slots = min(workers.slots(), len(parts))
+        bounds = [len(parts) * i // slots for i in range(slots + 1)]
+        shards = [_ErrorShard(model, layers, parts[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+        sums = [s for shard in workers.map(_measure_shard, shards) for s in shard]
+    else:
+        sums = _batch_sums(model, layers, parts)
+    means = [ChannelMean() for _ in layers]
+    for batch in sums:
+        for index, part in batch.items():
+            means[index].merge(part)
+    return {id(layer): m.mean() for layer, m in zip(layers, means) if m.count}
+
+
+@attrs.frozen(eq=False)
+class _ErrorShard:
+    model: Model
+    layers: list[Node]
+    parts: list[dict[str, np.ndarray]]
+
+
+def _measure_shard(shard: _ErrorShard) -> list[dict[int, ChannelMean]]:
+    return _batch_sums(shard.model, shard.layers, shard.parts)
+
+
+def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]]) -> list[dict[int, ChannelMean]]:
+    """Per batch, per layer index: the sums and counts of that batch's errors."""
     from qcc.sim.compare import quantized_runner
 
     inputs = {id(n.input(0)) for n in layers}
-    by_output = {id(n.outputs[0]): n for n in layers}
-    means = {id(n): ChannelMean() for n in layers}
+    by_output = {id(n.outputs[0]): i for i, n in enumerate(layers)}
     seen: dict[int, np.ndarray] = {}
+    batch: dict[int, ChannelMean] = {}
 
     def observe(value: Value, array: np.ndarray) -> None:
         if id(value) in inputs:
             seen[id(value)] = array
-        layer = by_output.get(id(value))
-        if layer is not None:
+        index = by_output.get(id(value))
+        if index is not None:
+            layer = layers[index]
             reference = _float_layer(layer, seen[id(layer.input(0))])
-            means[id(layer)].add(np.asarray(array, np.float64) - reference, _mask(layer, reference))
+            batch.setdefault(index, ChannelMean()).add(np.asarray(array, np.float64) - reference,
+                                                        _mask(layer, reference))
 
     runner = quantized_runner(model, observe)
+    sums = []
     for part in parts:
         runner.run(part)
         seen.clear()
-    return {key: m.mean() for key, m in means.items() if m.count}
+        sums.append(batch)
+        batch = {}
+    return sums
 
 
 def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:

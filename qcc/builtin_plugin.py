@@ -25,6 +25,7 @@ BUILTINS = Plugin(
         "plan-memory": "qcc.passes.plan_memory:PlanMemory",
         "reorder": "qcc.passes.reorder:Reorder",
         "legalize-nnb": "qcc.backends.nnb.legalize:LegalizeNnb",
+        "fuse-layernorm": "qcc.passes.fuse_layernorm:FuseLayerNorm",
     },
     frontends={
         "onnx": "qcc.frontends.onnx:FRONTEND",

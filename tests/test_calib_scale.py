@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from qcc.passes.bias_correct import own_errors
 from qcc.passes.calibrate import collect, collect_sharded
 
 from qcc.driver import load
@@ -172,11 +173,15 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
     model = load(str(model_file))
     single = collect(model, data, 1, rebatch=4).to_dict()
     ranking = sensitivity_run(model_file, data, tmp_path / "one.onnx")
+    quantized = quantized_batches(model_file, data)
+    shifts = own_errors(*quantized)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         workers = Workers(cluster=cluster.scheduler_address)
         assert workers.slots() == 2
         assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
         assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
+        sharded = own_errors(*quantized, workers)
+        assert len(sharded) == 3 and all(np.array_equal(shifts[k], v) for k, v in sharded.items())
 
 
 def accuracy_run(tmp_path: Path, name: str, max_drop: float, **kwargs: Any) -> tuple[Any, Any, bytes]:
@@ -209,3 +214,41 @@ def test_sharded_accuracy_search_ends_where_the_single_process_ends(tmp_path: Pa
     else:
         assert not section["met"] and section["evaluations"] >= 10 and single[1]  # the refused promotion's note
     assert accuracy_run(tmp_path, "two.onnx", max_drop, workers=2) == single
+
+
+def test_sharded_bias_correction_is_identical(model_file: Path, data: dict[str, np.ndarray],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A static-batch model's bias correction is measured batch by batch: on 2 workers each runs
+    half the batches, and the shifts are the single process's, bit for bit."""
+    from qcc.passes import bias_correct
+
+    model, layers, parts = quantized_batches(model_file, data)
+    single = bias_correct.own_errors(model, layers, parts)
+    shards: list[int] = []
+    spread = Workers.map
+
+    def spy(self: Workers, fn: Any, items: Any) -> Any:
+        shards.extend(len(item.parts) for item in items)
+        return spread(self, fn, items)
+
+    monkeypatch.setattr(Workers, "map", spy)
+    sharded = bias_correct.own_errors(model, layers, parts, Workers(2))
+    assert shards == [6, 7]  # two workers, half the batches each
+    assert len(single) == len(layers) == 3
+    assert single.keys() == sharded.keys()
+    assert all(np.array_equal(single[k], sharded[k]) for k in single)
+
+
+def quantized_batches(model_file: Path, data: dict[str, np.ndarray]) -> tuple[Model, list[Any], list[Any]]:
+    """The tail quantized int8, its correctable layers, and its samples as static batches of one."""
+    from qcc.passes import bias_correct
+    from qcc.passes.calibrate import Calibrate
+    from qcc.passes.quantize_affine import QuantizeAffine
+
+    from qcc.pm.base import PassContext
+    from qcc.pm.manager import PassManager
+
+    model = load(str(model_file))
+    PassManager([Calibrate(), QuantizeAffine()]).run(model, PassContext(calib_data=data))
+    layers = [n for n in model.graph.nodes if bias_correct._correctable(n)]
+    return model, layers, [{"x": data["x"][i:i + 1]} for i in range(SAMPLES)]

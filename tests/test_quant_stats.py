@@ -434,6 +434,28 @@ def test_affine_numerics_equal_onnxruntime_kernels(dtype: str, axis: int | None)
     np.testing.assert_array_equal(fake_quant_affine(x, s_arr, z_arr, dtype, axis), y_ort)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(DTYPES), st.booleans(),
+       st.lists(st.floats(width=32, allow_nan=False), min_size=6, max_size=6),
+       st.floats(2.0**-20, 1024.0, width=32), st.integers(0, 2**16))
+def test_fake_quant_is_the_integer_round_trip(dtype: str, per_channel: bool, values: list[float], scale: float,
+                                              seed: int) -> None:
+    """The float32 fast path (no integer copies) gives the bits of quantize then dequantize: signed
+    zeros, saturation at +-3.4e38 and ties included."""
+    lo, hi = qrange(dtype)
+    rng = np.random.default_rng(seed)
+    x = np.array(values, np.float32).reshape(2, 3)
+    if per_channel:
+        s = (np.float32(scale) * rng.uniform(0.5, 2.0, 3)).astype(np.float32)
+        z = rng.integers(lo, hi + 1, 3) if lo == 0 else np.zeros(3, np.int64)
+        axis: int | None = 1
+    else:
+        s, z, axis = np.float32(scale), (int(rng.integers(lo, hi + 1)) if lo == 0 else 0), None
+    want = dequantize_affine(quantize_affine(x, s, z, dtype, axis), s, z, axis)
+    got = fake_quant_affine(x, s, z, dtype, axis)
+    assert got.dtype == want.dtype == np.float32 and got.tobytes() == want.tobytes()
+
+
 # ---------------------------------------------------------------- fixed point
 
 

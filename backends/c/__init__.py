@@ -16,6 +16,7 @@ from qcc.backends.c.emit import Generated, file_names, generate
 from qcc.io import atomic_directory
 from qcc.ir.core import Model
 from qcc.outputs import check_generated_names
+from qcc.pm.base import Pass
 from qcc.runtimes.base import Runtime
 from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
 
@@ -39,6 +40,13 @@ class CBackend(Backend):
         # fixed point computes exactly what nnabla-c-runtime computes; affine models run on
         # integer kernels (qcc.sim.affine_int), which --eval simulates
         return Constraints(self.name, fixed_point=NNABLA_C_RUNTIME, integer_affine=True)
+
+    def legalization(self, options: COptions) -> list[Pass]:
+        """LayerNorm spelled out in elementwise ops (paddle2onnx, torch.onnx below opset 17) has a
+        Div by a tensor, which affine mode cannot run: fused, it is one float island."""
+        from qcc.passes.fuse_layernorm import FuseLayerNorm
+
+        return [FuseLayerNorm()]
 
     def memory_plan(self, options: COptions) -> str | None:
         return "plan-memory{kind=arena,aliases=true,inplace=true}"

@@ -254,23 +254,34 @@ def _batchnorm(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     lf.node(fn, "BatchNorm", [x, *flat], {"epsilon": float(args["eps"])}, out=0)
 
 
-def _pool_attrs(args: dict[str, Any]) -> dict[str, Any]:
-    if not args["ignore_border"] or args.get("channel_last", 0) or len(args["kernel"]) != 2:
-        raise UnsupportedError("only 2-D channels-first pooling with ignore_border is emulated")
-    pad = list(args["pad"])
-    return {"kernel": list(args["kernel"]), "strides": list(args["stride"]), "pads": pad + pad}
+def _pool_attrs(lf: _Lifter, fn: Function, args: dict[str, Any]) -> dict[str, Any]:
+    """The IR pool of an nnabla pooling (qcc.formats.nnp's rule, as the .nnp frontend reads it)."""
+    from qcc.formats.nnp import pool_geometry
+
+    if args.get("channel_last", 0) or len(args["kernel"]) != 2:
+        raise UnsupportedError("only 2-D channels-first pooling is emulated")
+    attrs = {"kernel": list(args["kernel"]), "strides": list(args["stride"]),
+             "count_include_pad": bool(args.get("including_pad", False))}
+    shape = lf.nnb.variables[fn.inputs[0]].shape
+    geometry = pool_geometry(nf.FUNCTION_OPS[lf.kind], attrs, (int(shape[-2]), int(shape[-1])),
+                             bool(args["ignore_border"]), list(args["pad"]))
+    if geometry is None:
+        raise UnsupportedError(f"{lf.kind} with ignore_border=False and including_pad windows past the padding "
+                               "is not emulated")
+    return {**attrs, **geometry}
 
 
 @lifts("MaxPooling", "SumPooling")
 def _pool(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
     op = nf.FUNCTION_OPS[lf.kind]
-    lf.node(fn, op, _ins(lf, fn), _pool_attrs(args), out=0)
+    attrs = _pool_attrs(lf, fn, args)
+    del attrs["count_include_pad"]
+    lf.node(fn, op, _ins(lf, fn), attrs, out=0)
 
 
 @lifts("AveragePooling")
 def _avgpool(lf: _Lifter, fn: Function, args: dict[str, Any]) -> None:
-    attrs = {**_pool_attrs(args), "count_include_pad": bool(args["including_pad"])}
-    lf.node(fn, "AvgPool", _ins(lf, fn), attrs, out=0)
+    lf.node(fn, "AvgPool", _ins(lf, fn), _pool_attrs(lf, fn, args), out=0)
 
 
 @lifts("Slice")

@@ -442,18 +442,28 @@ def _batchnorm(lw: Lowerer, node: Node) -> None:
 
 
 def _pool_args(node: Node, lw: Lowerer) -> dict[str, ArgValue]:
+    """nnabla's pooling arguments (qcc.formats.nnp's rule, shared with the .nnp writer); the
+    runtime sizes the output itself (pooling.c), so its size must be the IR's."""
+    from qcc.formats.nnp import nnabla_pool_size, nnabla_pooling
+
     kernel = [int(k) for k in node.attrs["kernel"]]
-    strides = [int(s) for s in (node.attrs["strides"] or kernel)]
-    pad = _pairs(node, node.attrs["pads"])
+    strides = [int(s) for s in (node.attrs["strides"] or [1, 1])]
     x, y = node.input(0), node.outputs[0]
+    hw = (int(x.type.shape[2]), int(x.type.shape[3]))
+    found = nnabla_pooling(node.op, {**node.attrs, "strides": strides}, hw)
+    if found is None:
+        raise unsupported(node, f"pads {list(node.attrs['pads'])} with ceil_mode {bool(node.attrs['ceil_mode'])} "
+                                "have no nnabla pooling (nnabla pads both sides equally, or runs windows past "
+                                "the end with ignore_border=False)")
+    ignore_border, pad = found
     for axis in range(2):
-        w, k, s, p = int(x.type.shape[2 + axis]), kernel[axis], strides[axis], pad[axis]
-        runtime = (w + p - (k - p)) // s + 1  # pooling.c with ignore_border
-        if runtime != y.type.shape[2 + axis]:
-            raise unsupported(node, f"output size {y.type.shape[2 + axis]} on axis {2 + axis} differs from "
-                                    f"nnabla-c-runtime's {runtime} (ceil_mode windows are not supported)")
-    return {"kernel": tuple(kernel), "stride": tuple(strides), "ignore_border": True, "pad": pad,
-            "channel_last": False}
+        w, k, s, p = hw[axis], kernel[axis], strides[axis], pad[axis]
+        runtime = (w + p - (k - p if ignore_border else 1)) // s + 1  # pooling.c
+        if runtime != y.type.shape[2 + axis] or runtime != nnabla_pool_size(w, k, s, p, ignore_border):
+            raise InternalError(f"node {node.name!r} ({node.op}): output size {y.type.shape[2 + axis]} on axis "
+                                f"{2 + axis} differs from nnabla-c-runtime's {runtime}")
+    return {"kernel": tuple(kernel), "stride": tuple(strides), "ignore_border": ignore_border,
+            "pad": tuple(pad), "channel_last": False}
 
 
 @lowering("MaxPool", "SumPool")

@@ -66,3 +66,27 @@ def pool_geometry(op: str, attrs: dict[str, Any], hw: tuple[int, int],
     return {"pads": pad + pad, "ceil_mode": True} if ceil == outs else None
 
 
+
+
+def nnabla_pooling(op: str, attrs: dict[str, Any], hw: tuple[int, int]) -> tuple[bool, list[int]] | None:
+    """(ignore_border, pad) of the nnabla pooling that computes the IR pool, None when none does.
+
+    Symmetric pads are ignore_border=True. Otherwise ignore_border=False with the begin pads,
+    whose windows run past the end (TensorFlow's SAME pads [0, 0, 1, 1] complete the last window
+    this way): for Max, Sum and exclusive Avg the end padding never counts (-inf, 0, not counted),
+    so equal window counts make equal results; inclusive Avg needs `pool_geometry`'s exact match.
+    """
+    from qcc.ir.ops._common import spatial_out
+
+    pads, ceil_mode = [int(p) for p in attrs["pads"]], bool(attrs["ceil_mode"])
+    begin = pads[:2]
+    if pads == begin + begin and not ceil_mode:
+        return True, begin
+    kernel = [int(k) for k in attrs["kernel"]]
+    strides = [int(s) for s in (attrs["strides"] or [1, 1])]
+    if op == "AvgPool" and attrs.get("count_include_pad"):
+        geometry = pool_geometry(op, {**attrs, "strides": strides}, hw, False, begin)
+        return (False, begin) if geometry == {"pads": pads, "ceil_mode": ceil_mode} else None
+    outs = [spatial_out(hw[i], kernel[i], strides[i], pads[i], pads[2 + i], 1, ceil_mode) for i in range(2)]
+    nnabla = [nnabla_pool_size(hw[i], kernel[i], strides[i], begin[i], False) for i in range(2)]
+    return (False, begin) if outs == nnabla else None

@@ -30,7 +30,7 @@ def apply_annotation(x: np.ndarray, quant: QuantType | None, rounding: str | Non
         axis = quant.axis
         if axis is None:
             scale, zp = scale[0], zp[0]
-        return numerics.fake_quant_affine(x, scale, zp, quant.dtype, axis=axis).astype(x.dtype)
+        return numerics.fake_quant_affine(x, scale, zp, quant.dtype, axis=axis).astype(x.dtype, copy=False)
     if isinstance(quant, Sign):
         return np.where(x >= 0, 1.0, -1.0).astype(x.dtype)
     raise TypeError(f"unknown annotation {quant!r}")

@@ -37,6 +37,15 @@ class ChannelMean:
         else:  # no float64 copies of the mask and the masked product: one select, one reduction
             part = np.where(mask, diff, 0.0).sum(axis=axes, dtype=np.float64)
             seen = np.count_nonzero(mask, axis=axes).astype(np.float64)
+        self._accumulate(part, seen)
+
+    def merge(self, other: ChannelMean) -> None:
+        """Add another run's sums: the same additions `add` makes, so merging per-batch means in
+        batch order gives the bits of one mean fed batch by batch."""
+        if other.sums is not None and other.counts is not None:
+            self._accumulate(other.sums, other.counts)
+
+    def _accumulate(self, part: np.ndarray, seen: np.ndarray) -> None:
         self.sums = part if self.sums is None else self.sums + part
         self.counts = seen if self.counts is None else self.counts + seen
 

@@ -81,7 +81,9 @@ class Nnablart(Runtime):
                 said = " ".join((done.stderr + " " + done.stdout).split())
                 raise UnsupportedError(f"{self.path}: nnablart failed (exit {done.returncode}): {said[-300:]}")
             for k, (shape, fmt) in enumerate(zip(self.out_shapes, self.out_formats)):
-                rows[k].append(fmt.decode((self.work / f"out_{k}.bin").read_bytes(), (1, *shape[1:])))
+                # one inference writes the declared shape, whichever axis holds the batch of 1
+                # (a (T, N, C) sequence output too); samples stack on axis 0, as other runtimes'
+                rows[k].append(fmt.decode((self.work / f"out_{k}.bin").read_bytes(), tuple(shape)))
         return {n: np.concatenate(r) for n, r in zip(self.outputs, rows)}
 
     def close(self) -> None:

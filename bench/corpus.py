@@ -128,11 +128,14 @@ def audio_samples(model: CorpusModel, path: Path, count: int, offset: int) -> di
             states.append(state)
         outs = sess.run(None, feed)
         state = outs[1]
-    return {audio_name: np.concatenate(xs), state_name: np.concatenate(states)}
+    # the state keeps its batch on axis 1: whole states stacked on a new leading axis (qcc.ir.samples)
+    return {audio_name: np.concatenate(xs), state_name: np.stack(states)}
 
 
 def per_sample(feeds: dict[str, np.ndarray], model: CorpusModel, i: int) -> dict[str, np.ndarray]:
-    return {k: v[i * model.shapes[k][0]:(i + 1) * model.shapes[k][0]] for k, v in feeds.items()}
+    """Sample `i` in the model's layout: a stacked array's i-th entry, else its i-th run of rows."""
+    return {k: v[i] if v.ndim == len(model.shapes[k]) + 1 else v[i * model.shapes[k][0]:(i + 1) * model.shapes[k][0]]
+            for k, v in feeds.items()}
 
 
 def count_of(feeds: dict[str, np.ndarray], model: CorpusModel) -> int:

@@ -203,12 +203,13 @@ def labelled_feeds(model: Model, data: Any, source: str, batch_size: int) -> tup
     """Evaluation arrays and labels, all held: the search measures them many times (a Python
     stream of batches is read once and concatenated)."""
     from qcc.data import bind_inputs, bound_batches
+    from qcc.ir.samples import to_samples
 
     if isinstance(data, dict):
         return bind_inputs(model, data, source)
     parts = list(bound_batches(model, data, source, batch_size, "accuracy-control"))
     if not parts:
         return {}, None
-    feeds = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+    feeds = {k: np.concatenate([to_samples(model, p[0])[k] for p in parts]) for k in parts[0][0]}
     labelled = all(p[1] is not None for p in parts)
     return feeds, np.concatenate([p[1] for p in parts if p[1] is not None]) if labelled else None

@@ -24,6 +24,7 @@ from qcc.passes.statistics import Calibration, CalibrationStats
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import get_schema, ops_with
+from qcc.ir.samples import count as samples_in
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
@@ -66,7 +67,7 @@ class Calibrate(Pass):
 
         if ctx.calib_data is None:
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
-                             "model input name, first axis = samples)")
+                             "model input name, samples on each input's samples axis)")
         check_finite_params(model)
         source = ctx.calib_name
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
@@ -122,7 +123,7 @@ class Calibrate(Pass):
 
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
             progress: bool = False, engine: str = "qcc", rebatch: int | None = None) -> Calibration:
-    """Statistics of every float activation over `feeds` (first axis = samples), batch by batch.
+    """Statistics of every float activation over samples-first `feeds` (`qcc.data.bind_inputs`), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
@@ -130,8 +131,10 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics.
     """
+    from qcc.ir.samples import to_model
+
     count = len(next(iter(feeds.values()))) if feeds else 0
-    batches = ({k: v[start:start + batch] for k, v in feeds.items()} for start in range(0, count, batch))
+    batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
     return collect_batches(model, batches, count, num_bins, progress, engine, rebatch)
 
 
@@ -147,7 +150,7 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
     size = _batch_of(wide) if wide is not None else 0
     with progress_bar(total, "calibrate", progress) as bar:
         for feeds in (_regroup(batches, size) if big is not None else batches):
-            done = len(next(iter(feeds.values()))) if feeds else 0
+            done = samples_in(model, feeds)
             if big is not None and done == size:
                 big(feeds)
             elif big is not None:  # the last samples, at the static batch
@@ -215,7 +218,7 @@ class _Run:
                            else _qcc_runner(self.model, self.observer))
         self.observer.batch_counts.clear()
         self.runner(feeds)
-        self.samples += len(next(iter(feeds.values()))) if feeds else 0
+        self.samples += samples_in(self.model, feeds)
 
     def result(self) -> Calibration:
         return Calibration(self.observer.finish(), self.samples)
@@ -225,9 +228,10 @@ def _rebound(model: Model, rebatch: int | None) -> Model | None:
     """The model rebound to `rebatch` samples (rounded down to a multiple of its static batch),
     or None (no static batch, nothing to gain, or a graph that mixes samples)."""
     from qcc.ir.rebatch import rebatched
+    from qcc.ir.samples import is_default, sample_axes
 
     inputs = model.graph.inputs
-    if rebatch is None or not inputs or not all(v.type.rank and isinstance(v.type.shape[0], int) for v in inputs):
+    if rebatch is None or not inputs or not is_default(sample_axes(model)) or not all(v.type.rank and isinstance(v.type.shape[0], int) for v in inputs):
         return None
     static = int(inputs[0].type.shape[0])
     largest = max((_nbytes(v) for n in model.graph.nodes for v in n.outputs), default=0)

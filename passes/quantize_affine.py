@@ -87,6 +87,9 @@ class QuantizeAffine(Pass):
         calib = start_annotation(model, ctx, self)
         graph = model.graph
         acts = [v for v in graph.values() if is_float(v) and not is_param(v) and not pinned(v)]
+        if not ctx.target.integer_affine:  # float tensors between QDQ pairs run as written
+            kept = set(map(id, keep_root_inputs_float(acts)))
+            acts = [v for v in acts if id(v) not in kept]
         if self.activations == "marked":
             keep_unmarked_float(acts)
             acts = [v for v in acts if v.quant is None]
@@ -167,6 +170,36 @@ class QuantizeAffine(Pass):
         scale, zp = affine_params(lo, hi, dtype, self.symmetric, name=value.name)
         value.quant = Affine((scale,), (zp,), dtype)
         value.meta["report"] = parameter_entry(data, value.quant)
+
+
+SQRT_REASON = ("read by Sqrt: an int8 step at the bottom of its range becomes sqrt(step) at its output "
+               "(a magnitude's small bins are lost), so it stays float up to the linear values it squares")
+
+
+def keep_root_inputs_float(acts: list[Value]) -> list[Value]:
+    """The input of each Sqrt, and back through the elementwise ops that only compute it (an STFT
+    magnitude's re^2 + im^2, a variance plus eps), kept float with a report line; the linear
+    values they start from stay quantized. Only where float tensors can run between quantized
+    ones (QDQ): an integer-only target (C affine) keeps every activation int8."""
+    candidates = {id(v) for v in acts}
+    kept: list[Value] = []
+    todo = [n.inputs[0] for v in acts for n, _ in v.uses() if n.op == "Sqrt" and n.inputs[0] is v]
+    while todo:
+        value = todo.pop()
+        if id(value) not in candidates or any(k is value for k in kept):
+            continue
+        set_float(value, SQRT_REASON)
+        kept.append(value)
+        producer = value.producer()
+        if (producer is not None and get_schema(producer.op).has("elementwise") and len(value.uses()) == 1
+                and not _squares(producer)):
+            todo += [v for v in producer.inputs if v is not None and not v.is_const]
+    return kept
+
+
+def _squares(node: Node) -> bool:
+    """x ** 2 or x * x: its input is the linear value, which int8 holds well."""
+    return node.op == "Pow" or (node.op == "Mul" and len(node.inputs) == 2 and node.inputs[0] is node.inputs[1])
 
 
 def scales_of(quant: QuantType | None) -> np.ndarray | None:

@@ -240,7 +240,8 @@ def annotation_pass(model: Model, who: str) -> Any:
     return last.annotation_pass
 
 
-def calibration_data(ctx: PassContext, who: str, samples: int | None = None) -> dict[str, Any]:
+def calibration_data(ctx: PassContext, who: str, samples: int | None = None,
+                     model: Model | None = None) -> dict[str, Any]:
     """--calib's arrays (the first `samples` of a Python stream), or a usage error naming the
     pass that needs them."""
     if ctx.calib_data is None:
@@ -249,7 +250,7 @@ def calibration_data(ctx: PassContext, who: str, samples: int | None = None) -> 
         return ctx.calib_data
     if samples is None:
         raise InternalError(f"pass {who!r} reads a calibration stream without a sample count")
-    return ctx.calib_data.take(samples)
+    return ctx.calib_data.take(samples, model)
 
 
 def calibration_feeds(model: Model, ctx: PassContext, who: str, samples: int,
@@ -258,7 +259,7 @@ def calibration_feeds(model: Model, ctx: PassContext, who: str, samples: int,
     them in (a static batch dimension, e.g. torchvision exports' 1, wins as in calibrate)."""
     from qcc.data import batching, bind_inputs
 
-    feeds, _ = bind_inputs(model, dict(calibration_data(ctx, who, samples)), ctx.calib_name)
+    feeds, _ = bind_inputs(model, dict(calibration_data(ctx, who, samples, model)), ctx.calib_name)
     count = min(samples, len(next(iter(feeds.values()))) if feeds else 0)
     batch, count = batching(model, count, batch_size, ctx.calib_name, f"pass {who!r}")
     return {k: v[:count] for k, v in feeds.items()}, batch
@@ -296,13 +297,15 @@ def calibration_batches(model: Model, ctx: PassContext, samples: int,
                         batch_size: int) -> Iterator[dict[str, np.ndarray]]:
     """The first `samples` calibration samples in batches (a static batch dimension wins; a
     remainder it cannot hold is dropped)."""
-    from qcc.data import bound_batches
+    from qcc.data import bind_inputs, cut_batches
 
     if ctx.calib_data is None:
         return
-    first = {k: v[:samples] for k, v in calibration_data(ctx, "calibration", samples).items()}
-    for feeds, _ in bound_batches(model, first, ctx.calib_name, batch_size, "post-training calibration"):
-        yield feeds
+    feeds, _ = bind_inputs(model, dict(calibration_data(ctx, "calibration", samples, model)),
+                          ctx.calib_name)
+    first = {k: v[:samples] for k, v in feeds.items()}
+    for batch, _ in cut_batches(model, first, None, ctx.calib_name, batch_size, "post-training calibration"):
+        yield batch
 
 
 def register_refinement(model: Model, refinement: Any) -> None:

@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, help="bind the batch dimension")
     c.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]D0,D1,...",
                    help="bind an input's dynamic dims, e.g. x=1,3,224,224 (NAME optional for one input); repeatable")
+    c.add_argument("--batch-axis", action="append", default=[], metavar="NAME=AXIS",
+                   help="the axis of input NAME that holds the samples in --calib/--eval data (default: the "
+                        "model's batch axis, see docs/data.md), e.g. state=1; repeatable")
     c.add_argument("--nnb-version", type=int, default=None, choices=(2, 3),
                    help=".nnb format version (same as --target nnb{version=N})")
     c.add_argument("--api", type=int, default=None, help=".nnb api level (same as --target nnb{api=N})")
@@ -177,7 +180,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         settings=args.settings,
         overrides=tuple(args.override), eval=args.eval, report=None if to_stdout else args.report,
         network=args.network, executor=args.executor, batch_size=args.batch_size, input_shapes=_input_shapes(args),
-        nnb_version=args.nnb_version, api=args.api, plan=args.plan, time_passes=args.time_passes,
+        batch_axes=args.batch_axis or None, nnb_version=args.nnb_version, api=args.api, plan=args.plan, time_passes=args.time_passes,
         print_after_all=args.print_after_all, dump_ir=args.dump_ir, progress=progress_wanted(args), plots=args.plots, force=args.force,
         workers=args.workers, cluster=args.cluster,
     )

@@ -1,4 +1,5 @@
-"""Calibration/evaluation data files (.npz): arrays keyed by model input name, samples first.
+"""Calibration/evaluation data files (.npz): arrays keyed by model input name, samples on each
+input's samples axis (`qcc.ir.samples`) or stacked on a new leading axis.
 
 No pickles are ever loaded. A file with one array feeds a one-input model whatever its key;
 the key `labels` is reserved for top-1 accuracy.
@@ -72,7 +73,14 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str) -> np.
 
 
 def bind_inputs(model: Model, arrays: dict[str, np.ndarray], source: str) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-    """Match arrays to the model's inputs (checking dtype and shape); returns (feeds, labels)."""
+    """Match arrays to the model's inputs (checking dtype and shape); returns (feeds, labels).
+
+    The feeds are samples-first (`qcc.ir.samples`): an array holds its samples on its input's
+    samples axis, or stacks whole inputs on a new leading axis ((N, *input shape), a static
+    input only); either way the feed has the samples on axis 0 (identical arrays when every
+    input's samples axis is 0), and `qcc.ir.samples.to_model` gives a runner a batch of them."""
+    from qcc.ir.samples import sample_axes
+
     arrays = dict(arrays)
     labels = arrays.pop("labels", None)
     inputs = model.graph.inputs
@@ -84,26 +92,44 @@ def bind_inputs(model: Model, arrays: dict[str, np.ndarray], source: str) -> tup
     extra = sorted(set(arrays) - {v.name for v in inputs})
     if extra:
         raise InvalidInputError(f"{source}: arrays {extra} match no model input (inputs: {[v.name for v in inputs]})")
+    axes = sample_axes(model)
     feeds: dict[str, np.ndarray] = {}
-    count = None
+    first: tuple[str, int, str] | None = None
     for value in inputs:
         array = arrays[value.name]
         if array.dtype.kind not in "fiub":
             raise InvalidInputError(f"{source}: array {value.name!r} has dtype {array.dtype}")
-        want = value.type.shape
-        if array.ndim != len(want) or any(isinstance(d, int) and d != s for d, s in zip(want[1:], array.shape[1:])):
-            raise InvalidInputError(
-                f"{source}: array {value.name!r} has shape {array.shape}; the model input is {value.type.shape} (first axis = samples)")
+        array, where = _samples_first(value, array, axes[value.name], source)
         if array.dtype.kind == "f" and not all_finite(array):
             raise InvalidInputError(f"{source}: array {value.name!r} contains NaN or Inf")
-        if count is not None and len(array) != count:
-            raise InvalidInputError(f"{source}: arrays have different sample counts")
-        count = len(array)
+        if first is not None and len(array) != first[1]:
+            raise InvalidInputError(
+                f"{source}: array {value.name!r} holds {len(array)} sample(s) on {where}, but {first[0]!r} holds "
+                f"{first[1]} on {first[2]} (name an input's samples axis with --batch-axis NAME=AXIS)")
+        first = first or (value.name, len(array), where)
         feeds[value.name] = array.astype(DTYPES[value.type.dtype], copy=False)
+    count = first[1] if first is not None else None
     if labels is not None:
         if labels.ndim != 1 or labels.dtype.kind not in "iu" or (count is not None and len(labels) != count):
             raise InvalidInputError(f"{source}: 'labels' must be a 1-D integer array with one label per sample")
     return feeds, labels
+
+
+def _samples_first(value: Any, array: np.ndarray, axis: int, source: str) -> tuple[np.ndarray, str]:
+    """The array with its samples on axis 0, and where it held them (for error lines)."""
+    want = value.type.shape
+    static = all(isinstance(d, int) for d in want)
+    if static and want and array.ndim == len(want) + 1 and array.shape[1:] == tuple(want):
+        # whole inputs stacked on a new leading axis: each is one run's worth of samples
+        moved = np.moveaxis(array, 1 + axis, 1)
+        return moved.reshape((-1, *moved.shape[2:])), "its new leading axis"
+    if array.ndim != len(want) or any(isinstance(d, int) and d != s
+                                      for i, (d, s) in enumerate(zip(want, array.shape)) if i != axis):
+        stacked = f" or {(-1, *want)} (inputs stacked on a new axis)" if static and want else ""
+        raise InvalidInputError(
+            f"{source}: array {value.name!r} has shape {array.shape}; the model input is {value.type.shape} "
+            f"(samples on axis {axis}{stacked})")
+    return (np.moveaxis(array, axis, 0) if axis else array), f"axis {axis}"
 
 
 def all_finite(array: np.ndarray, chunk: int = 1 << 20) -> bool:
@@ -169,11 +195,16 @@ def calibration_warnings(feeds: dict[str, np.ndarray], source: str, chunk: int =
 
 
 def static_batch(model: Model, source: str) -> int | None:
-    """The batch every input fixes (a torchvision export's 1), or None when the first axis is free."""
-    static = {v.type.shape[0] for v in model.graph.inputs if v.type.rank and isinstance(v.type.shape[0], int)}
-    if len(static) > 1:
-        raise InvalidInputError(f"{source}: model inputs have different static batch sizes {sorted(static)}")
-    return int(static.pop()) if static else None
+    """The batch every input fixes on its samples axis (a torchvision export's 1), or None when it is free."""
+    from qcc.ir.samples import sample_axes, static_sizes
+
+    sizes = static_sizes(model)
+    if len(set(sizes.values())) > 1:
+        axes = sample_axes(model)
+        found = ", ".join(f"{k!r} {v} on axis {axes[k]}" for k, v in sizes.items())
+        raise InvalidInputError(f"{source}: model inputs have different static batch sizes ({found}); name each "
+                                "input's samples axis with --batch-axis NAME=AXIS")
+    return next(iter(sizes.values())) if sizes else None
 
 
 def batching(model: Model, count: int, wanted: int, source: str, who: str) -> tuple[int, int]:
@@ -220,10 +251,17 @@ class DataStream:
         for item in iterable:
             yield to_arrays(item, self.name, self.input_names)
 
-    def take(self, count: int) -> dict[str, np.ndarray]:
+    def take(self, count: int, model: Model | None = None) -> dict[str, np.ndarray]:
+        """The first `count` samples as arrays; with `model`, each batch is bound to its inputs and
+        the samples joined on each input's samples axis (`qcc.ir.samples`), else on axis 0."""
+        from qcc.ir.samples import to_model
+
         parts: dict[str, list[np.ndarray]] = {}
         have = 0
         for batch in self.batches():
+            if model is not None:
+                feeds, labels = bind_inputs(model, batch, self.name)
+                batch = {**feeds, **({} if labels is None else {"labels": labels})}
             for key, array in batch.items():
                 parts.setdefault(key, []).append(array[: count - have])
             have += len(next(iter(batch.values())))
@@ -231,7 +269,8 @@ class DataStream:
                 break
         if not parts:
             raise InvalidInputError(f"{self.name}: no batches")
-        return {k: np.concatenate(v) for k, v in parts.items()}
+        joined = {k: np.concatenate(v) for k, v in parts.items()}
+        return joined if model is None else to_model(model, joined)
 
 
 def to_arrays(item: Any, name: str, input_names: Sequence[str] = ()) -> dict[str, np.ndarray]:
@@ -278,15 +317,14 @@ def open_data(data: Any, what: str, input_names: Sequence[str] = ()) -> tuple[di
 def bound_batches(model: Model, data: dict[str, np.ndarray] | DataStream, source: str, batch: int,
                   who: str) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
     """(feeds, labels) in batches of `batch` samples (a static batch dimension wins), checked by
-    `bind_inputs`; a stream is re-cut batch by batch, never held whole."""
+    `bind_inputs`, each batch in the model's layout (`qcc.ir.samples.to_model`); a stream is
+    re-cut batch by batch, never held whole."""
     if isinstance(data, dict):
         feeds, labels = bind_inputs(model, data, source)
-        count = len(next(iter(feeds.values()))) if feeds else 0
-        size, usable = batching(model, count, batch, source, who)
-        for start in range(0, usable, size):
-            yield ({k: v[start:start + size] for k, v in feeds.items()},
-                   None if labels is None else labels[start:start + size])
+        yield from cut_batches(model, feeds, labels, source, batch, who)
         return
+    from qcc.ir.samples import to_model
+
     fixed = static_batch(model, source)
     size = fixed or batch
     pending: list[tuple[dict[str, np.ndarray], np.ndarray | None]] = []
@@ -296,11 +334,24 @@ def bound_batches(model: Model, data: dict[str, np.ndarray] | DataStream, source
         pending.append((feeds, labels))
         held += len(next(iter(feeds.values())))
         while held >= size or (fixed is None and pending and held):
-            out, pending, held = _cut(pending, size if fixed else held)
-            yield out
+            (out, out_labels), pending, held = _cut(pending, size if fixed else held)
+            yield to_model(model, out), out_labels
     if held and fixed is None:
-        out, pending, held = _cut(pending, held)
-        yield out
+        (out, out_labels), pending, held = _cut(pending, held)
+        yield to_model(model, out), out_labels
+
+
+def cut_batches(model: Model, feeds: dict[str, np.ndarray], labels: np.ndarray | None, source: str, batch: int,
+                who: str) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray | None]]:
+    """Samples-first feeds (`bind_inputs`) in batches of `batch` (a static batch wins), each in the
+    model's layout."""
+    from qcc.ir.samples import to_model
+
+    count = len(next(iter(feeds.values()))) if feeds else 0
+    size, usable = batching(model, count, batch, source, who)
+    for start in range(0, usable, size):
+        yield (to_model(model, {k: v[start:start + size] for k, v in feeds.items()}),
+               None if labels is None else labels[start:start + size])
 
 
 def _cut(pending: list[tuple[dict[str, np.ndarray], np.ndarray | None]], size: int) -> tuple[

@@ -73,10 +73,11 @@ def write_plots(reference: Model, compiled: Model, data: Any, source: str, folde
 
 def _histograms(plt: Any, reference: Model, compiled: Model, data: Any, source: str, out: Path) -> list[str]:
     """Float values of the first samples, one figure per quantized activation."""
-    from qcc.data import DataStream, bind_inputs
+    from qcc.data import DataStream, bind_inputs, static_batch
+    from qcc.ir.samples import to_model
     from qcc.sim.interpreter import Interpreter
 
-    arrays = data.take(HISTOGRAM_SAMPLES) if isinstance(data, DataStream) else data
+    arrays = data.take(HISTOGRAM_SAMPLES, reference) if isinstance(data, DataStream) else data
     feeds, _ = bind_inputs(reference, arrays, source)
     quantized = {v.name: v for v in compiled.graph.values() if not v.is_const and held_range(v) is not None}
     wanted = dict(list(quantized.items())[:MAX_HISTOGRAMS])
@@ -88,10 +89,9 @@ def _histograms(plt: Any, reference: Model, compiled: Model, data: Any, source: 
 
     runner = Interpreter(reference, observer=keep)
     count = len(next(iter(feeds.values())))
-    size = reference.graph.inputs[0].type.shape[0] if reference.graph.inputs else 1
-    size = size if isinstance(size, int) else 32
+    size = static_batch(reference, source) or 32
     for start in range(0, min(count, HISTOGRAM_SAMPLES) - size + 1, size):
-        runner.run({k: v[start:start + size] for k, v in feeds.items()})
+        runner.run(to_model(reference, {k: v[start:start + size] for k, v in feeds.items()}))
     files = []
     for name, parts in seen.items():
         values = np.concatenate(parts)

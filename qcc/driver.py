@@ -57,6 +57,7 @@ class CompileOptions:
     executor: str | None = None
     batch_size: int | None = None
     input_shapes: Any = None  # {name: dims} / one shape / ["NAME=D0,D1", ...] (qcc.frontends.input_shapes)
+    batch_axes: Any = None  # {name: axis} / ["NAME=AXIS", ...]: where the data holds each input's samples
     target_options: dict[str, Any] | None = None
     nnb_version: int | None = None  # legacy spellings of target nnb's options
     api: int | None = None
@@ -170,6 +171,11 @@ def _compile(
                               input_shapes=opts.input_shapes)
             if bar:
                 bar(1)
+    if opts.batch_axes:
+        from qcc.ir.samples import name_batch_axes, parse_batch_axes
+
+        axes = opts.batch_axes
+        name_batch_axes(loaded, parse_batch_axes(axes) if isinstance(axes, (list, tuple)) else dict(axes))
     if opts.settings:
         from qcc.formats.settings_yaml import apply_settings_file
 

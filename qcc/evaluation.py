@@ -68,6 +68,7 @@ def _top1(a: np.ndarray) -> np.ndarray:
 def evaluate(reference: Model, compiled: Model, batches: Any, source: str, labelled: bool,
              integer_affine: bool = False, runtime: Runtime | None = None, progress: Any = None) -> dict[str, Any]:
     """The report's `eval` section (see the module doc); `batches` yields (feeds, labels)."""
+    from qcc.ir.samples import count as samples_in
     from qcc.sim.affine_int import AffineRunner, is_affine_model
 
     integer = integer_affine and is_affine_model(compiled)
@@ -85,7 +86,7 @@ def evaluate(reference: Model, compiled: Model, batches: Any, source: str, label
             got = runtime.run(bind_by_position(runtime, feeds))
             tally.add(dict(zip(outputs, got.values())), {n: sim[n] for n in outputs}, ref, labels)
         if progress is not None:
-            progress(len(next(iter(feeds.values()))))
+            progress(samples_in(compiled, feeds))
 
     cmp = compare_batches(reference, compiled, batches, labelled, make_interpreter=runner, on_batch=on_batch)
     labelled = bool(seen_labels)  # a stream tells only as it is read

@@ -30,6 +30,9 @@ def check_choices(opts: Any, schemes: tuple[str, ...], methods: tuple[str, ...],
 
 def check_pipeline_flags(opts: Any, explicit_passes: bool) -> None:
     """--quantize, --calib, --method and --per-tensor act through the scheme's default pipeline."""
+    if getattr(opts, "batch_axes", None) and opts.calib is None and opts.eval is None:
+        raise UsageError("--batch-axis says where --calib/--eval data holds an input's samples: it has no effect "
+                         "without --calib DATA or --eval DATA")
     for flag, given in (("--workers", getattr(opts, "workers", 1) != 1), ("--cluster", getattr(opts, "cluster", None))):
         if given and opts.calib is None:
             raise UsageError(f"{flag} shards calibration: it has no effect without --calib DATA")

@@ -21,7 +21,11 @@ from qcc.ir.types import DTYPES, TensorType
 def rebatched(model: Model, batch: int) -> Model | None:
     """A deep copy of `model` whose inputs have first dimension `batch` (a multiple of the static
     batch), every tensor re-typed; None when some tensor would not scale with the batch."""
+    from qcc.ir.samples import is_default, sample_axes
+
     inputs = model.graph.inputs
+    if not is_default(sample_axes(model)):
+        return None  # an input carries its samples on another axis (a recurrent state): runs as given
     if not inputs or not all(v.type.rank and isinstance(v.type.shape[0], int) for v in inputs):
         return None
     static = {v.type.shape[0] for v in inputs}

@@ -121,7 +121,8 @@ class CBinary(Runtime):
         out, offset = {}, 0
         for name, shape in zip(self.outputs, self.out_shapes):
             size = int(np.prod(shape))
-            out[name] = flat[:, offset:offset + size].reshape(count, *shape[1:])
+            part = flat[:, offset:offset + size]  # one sample: the output whole (a state keeps it on axis 1)
+            out[name] = part.reshape(shape) if count == 1 else part.reshape(count, *shape[1:])
             offset += size
         return out
 

@@ -72,7 +72,8 @@ class Nnablart(Runtime):
             files = []
             for k, (name, fmt) in enumerate(zip(self.inputs, self.in_formats)):
                 f = self.work / f"in{k}.bin"
-                f.write_bytes(fmt.encode(feeds[name][i:i + 1]))
+                # one sample: each input whole (a recurrent state holds it on axis 1, qcc.ir.samples)
+                f.write_bytes(fmt.encode(feeds[name] if count == 1 else feeds[name][i:i + 1]))
                 files.append(str(f))
             done = subprocess.run([self.program, "infer", self.path, *files, str(self.work / "out")],
                                   capture_output=True, text=True)

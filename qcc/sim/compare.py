@@ -15,6 +15,8 @@ import attrs
 import numpy as np
 
 from qcc.ir.core import Model, Value
+from qcc.ir.samples import count as samples_in
+from qcc.ir.samples import to_model
 from qcc.sim.engine import Runner, check_feeds
 from qcc.sim.interpreter import Interpreter, runner_for
 
@@ -86,7 +88,7 @@ def compare(reference: Model, quantized: Model, feeds: dict[str, np.ndarray], la
     """
     feeds = check_feeds(reference, feeds, samples=True)
     count = len(next(iter(feeds.values()))) if feeds else 0
-    batches = (({k: v[start:start + batch_size] for k, v in feeds.items()},
+    batches = ((to_model(reference, {k: v[start:start + batch_size] for k, v in feeds.items()}),
                 None if labels is None else labels[start:start + batch_size]) for start in range(0, count, batch_size))
     return compare_batches(reference, quantized, batches, labels is not None, tensors, make_interpreter)
 
@@ -130,7 +132,7 @@ def compare_batches(reference: Model, quantized: Model,
                 _accumulate(cmp, name, ref_out[name], q_out[name])
         if first_out is not None and first_out in ref_out and first_out in q_out:
             _top1(cmp, ref_out[first_out], q_out[first_out], batch_labels)
-        cmp.samples += len(next(iter(batch.values())))
+        cmp.samples += samples_in(reference, batch)
         if on_batch is not None:
             on_batch(batch, batch_labels, ref_out, q_out)
     float_arrays.clear()

@@ -26,9 +26,12 @@ def check_feeds(model: Model, feeds: dict[str, np.ndarray], source: str = "feeds
                 samples: bool = False) -> dict[str, np.ndarray]:
     """Match arrays to graph inputs by name (one array feeds a one-input model whatever its key).
 
-    `samples`: the first axis counts samples to be cut into batches (a static batch dimension
-    is checked per batch, not here)."""
+    `samples`: the arrays are samples-first, to be cut into batches (`qcc.ir.samples`; a static
+    batch dimension is checked per batch, not here)."""
+    from qcc.ir.samples import sample_axes
+
     inputs = model.graph.inputs
+    axes = sample_axes(model) if samples else {}
     if len(inputs) == 1 and len(feeds) == 1 and inputs[0].name not in feeds:
         feeds = {inputs[0].name: next(iter(feeds.values()))}
     out: dict[str, np.ndarray] = {}
@@ -42,9 +45,12 @@ def check_feeds(model: Model, feeds: dict[str, np.ndarray], source: str = "feeds
                 array = array.astype(want)
             else:
                 raise InvalidInputError(f"{source}: input {value.name!r} has dtype {array.dtype}, model wants {want}")
+        shape = value.type.shape
+        if samples and value.name in axes:  # samples first (qcc.data.bind_inputs): the model's dims moved
+            shape = (shape[axes[value.name]], *(d for i, d in enumerate(shape) if i != axes[value.name]))
         if array.ndim != value.type.rank or any(
             isinstance(d, int) and d != s and not (samples and i == 0)
-            for i, (d, s) in enumerate(zip(value.type.shape, array.shape))
+            for i, (d, s) in enumerate(zip(shape, array.shape))
         ):
             raise InvalidInputError(
                 f"{source}: input {value.name!r} has shape {array.shape}, model wants {value.type.shape}"

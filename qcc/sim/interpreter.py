@@ -18,6 +18,7 @@ import numpy as np
 from qcc.ir.core import Model, Node, Value
 from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
+from qcc.ir.samples import to_model
 from qcc.sim.engine import NodeKernel, Observer, Runner, check_feeds
 from qcc.sim.fixed import FixedRunner, runs_integer_kernels
 
@@ -75,13 +76,13 @@ def run_model(model: Model, feeds: dict[str, np.ndarray], quantized: bool = Fals
 
 def run_batched(model: Model, feeds: dict[str, np.ndarray], batch_size: int = 64, quantized: bool = False,
                 **kwargs: Any) -> dict[str, np.ndarray]:
-    """Run over the first axis in batches and concatenate the outputs."""
+    """Run samples-first `feeds` (`qcc.data.bind_inputs`) in batches; outputs concatenated on axis 0."""
     runner = runner_for(model, quantized, **kwargs)
-    feeds = check_feeds(model, feeds)
+    feeds = check_feeds(model, feeds, samples=True)
     n = len(next(iter(feeds.values()))) if feeds else 0
     parts: dict[str, list[np.ndarray]] = {}
     for start in range(0, n, batch_size):
-        out = runner.run({k: v[start:start + batch_size] for k, v in feeds.items()})
+        out = runner.run(to_model(model, {k: v[start:start + batch_size] for k, v in feeds.items()}))
         for key, array in out.items():
             parts.setdefault(key, []).append(array)
     return {k: np.concatenate(v) for k, v in parts.items()}

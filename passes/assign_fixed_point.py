@@ -71,7 +71,7 @@ from qcc.quant.fixedpoint import (
 )
 from qcc.quant.numerics import fixed_bounds
 from qcc.quant.ranges import percentile
-from qcc.quant.stats import TensorStats
+from qcc.quant.stats import TensorStats, extent_for
 from qcc.target import ANY_FIXED_POINT, NNABLA_C_RUNTIME, FixedPointRules
 
 STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse", "auto": "mse"}
@@ -245,9 +245,29 @@ class _Assignment:
         st = calib.get(v.name)
         if st is None or not st.count:
             return None
+        cap = self._pre_bias_cap(v, st, bits)
         if relu_only(v, graph):
             st = positive_part(st)
-        return self._act_position(st, bits, partial_sums)
+        best = self._act_position(st, bits, partial_sums)
+        return best if cap is None else min(best, cap)
+
+    def _pre_bias_cap(self, v: Value, st: TensorStats, bits: int) -> int | None:
+        """The finest position that holds the sum before the bias: nnabla-c-runtime's Conv
+        accumulates in the output's type, saturating after every input channel, and adds the bias
+        last, so a large bias (folded BatchNorm, squeeze-excite convs) saturates a sum whose
+        final value fits (ppocr-cls: half of an SE conv's outputs at 8 bits)."""
+        node = v.producer()
+        if (node is None or node.op not in self.rules.truncating_accumulation or st.channel_min is None
+                or st.channel_max is None or len(node.inputs) < 3 or node.inputs[2] is None):
+            return None
+        bias = param_data(node.inputs[2])
+        if bias is None or bias.size != st.channel_min.size:
+            return None
+        b = bias.reshape(-1).astype(np.float64)
+        extreme = float(max(np.max(np.abs(st.channel_max - b)), np.max(np.abs(st.channel_min - b))))
+        lo = self.frac_limits[0]
+        cap = bits - 1 - extent_for(max(extreme, 1e-30))
+        return cap if lo is None else max(cap, lo)
 
     def _partial_sums(self, v: Value) -> int:
         """Truncations per output value: nnabla-c-runtime's integer Conv truncates once per input channel."""
@@ -358,8 +378,6 @@ def _accumulating_position(stats: TensorStats, bits: int, partial_sums: int, lo:
     channels make that the larger term, so the position comes out one or two finer than the
     storage-only optimum.
     """
-    from qcc.quant.stats import extent_for
-
     fits = bits - 1 - extent_for(max(stats.absmax, 1e-30))
     cands = [f for f in range(fits - 1, fits + bits + 1)
              if (lo is None or f >= lo) and (hi is None or f <= hi)]

@@ -277,6 +277,14 @@ def _data_inputs(node: Node) -> list[Value]:
     return [v for v in (node.inputs if node.op == "Concat" else node.inputs[:1]) if v is not None]
 
 
+def _adds_bias_last(node: Node) -> bool:
+    """A Conv with a constant bias: its output keeps per-channel min/max, from which
+    assign-fixed-point bounds the pre-bias sum (nnabla-c-runtime accumulates it in the output's
+    type, saturating, and adds the bias last)."""
+    return (node.op == "Conv" and len(node.inputs) > 2 and node.inputs[2] is not None
+            and node.inputs[2].is_const and len(node.outputs) == 1)
+
+
 class _Observer:
     """Folds each computed float tensor into its TensorStats, skipping the passes it can.
 
@@ -300,7 +308,9 @@ class _Observer:
         for node in self.derived:
             del tracked[id(node.outputs[0])]
         self.tracked = tracked
-        self.stats = {v.name: TensorStats(v.name, num_bins) for v in tracked.values()}
+        biased = {id(n.outputs[0]) for n in graph.nodes if _adds_bias_last(n)}
+        self.stats = {v.name: TensorStats(v.name, num_bins, channel_axis=1 if id(v) in biased else None)
+                      for v in tracked.values()}
         self.relu_input = {id(n.outputs[0]): id(n.inputs[0]) for n in graph.nodes
                            if n.op == "Relu" and id(n.outputs[0]) in tracked and id(n.inputs[0]) in tracked}
         self.relu_sources = set(self.relu_input.values())

@@ -13,7 +13,7 @@ Report section `fixed_point_check`: samples, output_sqnr_db, lowest (tensor, op,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import attrs
@@ -58,7 +58,7 @@ class CheckFixedPoint(Pass):
         low = {n: s for n, s in outputs.items() if s is not None and s < self.min_sqnr_db}
         if low:
             first = next(n for n in order if _key(db[n]) < self.min_sqnr_db)
-            ctx.note("warnings", _warning(model, fixed, db, low, first, lowest[:SHOWN], samples, self.min_sqnr_db))
+            ctx.note("warnings", _warning(fixed, db, low, first, lowest[:SHOWN], samples, self.min_sqnr_db))
         return PassResult(model, False, frozenset({"*"}))
 
 
@@ -105,7 +105,7 @@ def _entry(value: Value, db: float | None) -> dict[str, object]:
             "type": str(value.quant), "sqnr_db": _round(db)}
 
 
-def _warning(model: Model, fixed: dict[str, Value], db: dict[str, float | None], low: dict[str, float | None],
+def _warning(fixed: dict[str, Value], db: Mapping[str, float | None], low: Mapping[str, float | None],
              first: str, lowest: list[str], samples: int, level: float) -> str:
     widths = sorted({f"FIXED{v.quant.bits}" for v in fixed.values() if isinstance(v.quant, FixedPoint)})
     node = fixed[first].producer()

@@ -56,7 +56,7 @@ from qcc.passes.quantutil import (
     start_annotation,
     weight_uses,
 )
-from qcc.passes.statistics import Calibration
+from qcc.passes.statistics import Calibration, pre_bias_key
 
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
@@ -71,7 +71,7 @@ from qcc.quant.fixedpoint import (
 )
 from qcc.quant.numerics import fixed_bounds
 from qcc.quant.ranges import percentile
-from qcc.quant.stats import TensorStats, extent_for
+from qcc.quant.stats import TensorStats
 from qcc.target import ANY_FIXED_POINT, NNABLA_C_RUNTIME, FixedPointRules
 
 STATS_METHOD = {"minmax": "maxabs", "entropy": "kl", "mse": "mse", "auto": "mse"}
@@ -245,29 +245,17 @@ class _Assignment:
         st = calib.get(v.name)
         if st is None or not st.count:
             return None
-        cap = self._pre_bias_cap(v, st, bits)
         if relu_only(v, graph):
             st = positive_part(st)
         best = self._act_position(st, bits, partial_sums)
-        return best if cap is None else min(best, cap)
-
-    def _pre_bias_cap(self, v: Value, st: TensorStats, bits: int) -> int | None:
-        """The finest position that holds the sum before the bias: nnabla-c-runtime's Conv
-        accumulates in the output's type, saturating after every input channel, and adds the bias
-        last, so a large bias (folded BatchNorm, squeeze-excite convs) saturates a sum whose
-        final value fits (ppocr-cls: half of an SE conv's outputs at 8 bits)."""
+        # nnabla-c-runtime's Conv saturates its running sum in the output's type and adds the bias
+        # last: a bias that cancels most of the sum (folded BatchNorm, squeeze-excite convs) saturates
+        # outputs whose final value fits (half of one ppocr-cls SE conv's at FIXED8)
         node = v.producer()
-        if (node is None or node.op not in self.rules.truncating_accumulation or st.channel_min is None
-                or st.channel_max is None or len(node.inputs) < 3 or node.inputs[2] is None):
-            return None
-        bias = param_data(node.inputs[2])
-        if bias is None or bias.size != st.channel_min.size:
-            return None
-        b = bias.reshape(-1).astype(np.float64)
-        extreme = float(max(np.max(np.abs(st.channel_max - b)), np.max(np.abs(st.channel_min - b))))
-        lo = self.frac_limits[0]
-        cap = bits - 1 - extent_for(max(extreme, 1e-30))
-        return cap if lo is None else max(cap, lo)
+        pre = calib.get(pre_bias_key(v.name)) if node is not None else None
+        if node is not None and pre is not None and pre.count and node.op in self.rules.truncating_accumulation:
+            best = min(best, self._act_position(pre, bits, partial_sums))
+        return best
 
     def _partial_sums(self, v: Value) -> int:
         """Truncations per output value: nnabla-c-runtime's integer Conv truncates once per input channel."""
@@ -378,6 +366,8 @@ def _accumulating_position(stats: TensorStats, bits: int, partial_sums: int, lo:
     channels make that the larger term, so the position comes out one or two finer than the
     storage-only optimum.
     """
+    from qcc.quant.stats import extent_for
+
     fits = bits - 1 - extent_for(max(stats.absmax, 1e-30))
     cands = [f for f in range(fits - 1, fits + bits + 1)
              if (lo is None or f >= lo) and (hi is None or f <= hi)]

@@ -23,9 +23,7 @@ from qcc.testing import constant, make_model
 
 def observe_everything(model: Model, data: np.ndarray, batch: int, num_bins: int = 2048) -> dict[str, Any]:
     values = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
-    biased = {n.outputs[0].name for n in model.graph.nodes if n.op == "Conv" and len(n.inputs) > 2
-              and n.inputs[2] is not None and n.inputs[2].is_const}  # per-channel min/max (the pre-bias sum)
-    stats = {v.name: TensorStats(v.name, num_bins, channel_axis=1 if v.name in biased else None) for v in values}
+    stats = {v.name: TensorStats(v.name, num_bins) for v in values}
     interp = Interpreter(model, keep_all=True)
     for start in range(0, len(data), batch):
         feed = {"x": data[start:start + batch]}

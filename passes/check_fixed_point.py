@@ -6,8 +6,8 @@ it (`runner_for(quantized=True)`: nnabla-c-runtime's integer kernels for .nnb an
 fixed-point tensor gets its SQNR against float, errors accumulated along the graph. An output
 below `min_sqnr_db` is a warning line naming the output, the first tensor where the signal fell
 below that level and the worst tensors: at 8 bits, nnabla-c-runtime's truncation toward zero of
-every stored value and of every input channel's partial sum compounds over a deep network
-(ppocr-cls: 2 dB at FIXED8, 84 dB at FIXED16). Nothing changes in the model.
+every value it stores compounds over a deep network (ppocr-cls: 2.8 dB at FIXED8, 33.6 dB at the
+same positions rounded, 79.5 dB at FIXED16; docs/benchmarks.md). Nothing changes in the model.
 Report section `fixed_point_check`: samples, output_sqnr_db, lowest (tensor, op, node, sqnr_db).
 """
 

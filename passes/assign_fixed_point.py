@@ -56,7 +56,7 @@ from qcc.passes.quantutil import (
     start_annotation,
     weight_uses,
 )
-from qcc.passes.statistics import Calibration
+from qcc.passes.statistics import Calibration, pre_bias_key
 
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
@@ -247,7 +247,15 @@ class _Assignment:
             return None
         if relu_only(v, graph):
             st = positive_part(st)
-        return self._act_position(st, bits, partial_sums)
+        best = self._act_position(st, bits, partial_sums)
+        # nnabla-c-runtime's Conv saturates its running sum in the output's type and adds the bias
+        # last: a bias that cancels most of the sum (folded BatchNorm, squeeze-excite convs) saturates
+        # outputs whose final value fits (half of one ppocr-cls SE conv's at FIXED8)
+        node = v.producer()
+        pre = calib.get(pre_bias_key(v.name)) if node is not None else None
+        if node is not None and pre is not None and pre.count and node.op in self.rules.truncating_accumulation:
+            best = min(best, self._act_position(pre, bits, partial_sums))
+        return best
 
     def _partial_sums(self, v: Value) -> int:
         """Truncations per output value: nnabla-c-runtime's integer Conv truncates once per input channel."""

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
-from qcc.passes.statistics import Calibration, CalibrationStats
+from qcc.passes.statistics import Calibration, CalibrationStats, pre_bias_key
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
@@ -69,6 +69,8 @@ class Calibrate(Pass):
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
                              "model input name, samples on each input's samples axis)")
         check_finite_params(model)
+        # the target's kernels that saturate their sum before adding the bias: its range matters too
+        pre_bias = ctx.target.fixed_point.truncating_accumulation
         source = ctx.calib_name
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
             from qcc.data import CalibrationCheck, bound_batches
@@ -83,7 +85,8 @@ class Calibrate(Pass):
                     check.add(feeds)
                     yield feeds
 
-            result = collect_batches(model, checked(), None, self.num_bins, ctx.progress, self.engine, self.batch_size)
+            result = collect_batches(model, checked(), None, self.num_bins, ctx.progress, self.engine, self.batch_size,
+                                     pre_bias)
             if not result.samples:
                 raise InvalidInputError(f"{source}: no samples (pass 'calibrate')")
             for warning in check.warnings(source):
@@ -98,9 +101,10 @@ class Calibrate(Pass):
         batch, count = self._batching(model, count, source, ctx)
         feeds = {k: v[:count] for k, v in feeds.items()}
         if ctx.workers.parallel:
-            result = collect_sharded(model, feeds, batch, ctx.workers, self.num_bins, self.engine, self.batch_size)
+            result = collect_sharded(model, feeds, batch, ctx.workers, self.num_bins, self.engine, self.batch_size,
+                                     pre_bias)
         else:
-            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size)
+            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias)
         return self._store(result, model, source, ctx)
 
     def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:
@@ -122,31 +126,33 @@ class Calibrate(Pass):
 
 
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
-            progress: bool = False, engine: str = "qcc", rebatch: int | None = None) -> Calibration:
+            progress: bool = False, engine: str = "qcc", rebatch: int | None = None,
+            pre_bias: frozenset[str] = frozenset()) -> Calibration:
     """Statistics of every float activation over samples-first `feeds` (`qcc.data.bind_inputs`), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
     (same tensors by name, one batch of outputs alive at a time). `rebatch`: a model whose batch
     dimension is static runs a copy rebound to that many samples when its graph allows
-    (qcc.ir.rebatch), with the same statistics.
+    (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
+    bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).
     """
     from qcc.ir.samples import to_model
 
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
-    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch)
+    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias)
 
 
 def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], total: int | None,
                     num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc",
-                    rebatch: int | None = None) -> Calibration:
+                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset()) -> Calibration:
     """`collect` over batches as they come (a stream of batches is never held whole)."""
     from qcc.progress import progress_bar
 
     wide = _rebound(model, rebatch)
-    small = _Run(model, num_bins, engine)
-    big = _Run(wide, num_bins, engine) if wide is not None else None
+    small = _Run(model, num_bins, engine, pre_bias)
+    big = _Run(wide, num_bins, engine, pre_bias) if wide is not None else None
     size = _batch_of(wide) if wide is not None else 0
     with progress_bar(total, "calibrate", progress) as bar:
         for feeds in (_regroup(batches, size) if big is not None else batches):
@@ -166,7 +172,7 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
 
 def collect_sharded(model: Model, feeds: dict[str, np.ndarray], batch: int, workers: Workers,
                     num_bins: int = DEFAULT_NUM_BINS, engine: str = "qcc",
-                    rebatch: int | None = None) -> Calibration:
+                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset()) -> Calibration:
     """`collect` with contiguous shards of the samples on `workers`, merged.
 
     Shards start on multiples of the batch each process runs (the rebound batch included), so
@@ -178,7 +184,7 @@ def collect_sharded(model: Model, feeds: dict[str, np.ndarray], batch: int, work
     groups = -(-count // step)
     slots = min(workers.slots(), groups)
     bounds = [min(count, step * (groups * i // slots)) for i in range(slots + 1)]
-    shards = [_Shard(model, {k: v[a:b] for k, v in feeds.items()}, batch, num_bins, engine, rebatch)
+    shards = [_Shard(model, {k: v[a:b] for k, v in feeds.items()}, batch, num_bins, engine, rebatch, pre_bias)
               for a, b in itertools.pairwise(bounds) if b > a]
     results = workers.map(_calibrate_shard, shards)
     merged = results[0]
@@ -195,19 +201,21 @@ class _Shard:
     num_bins: int
     engine: str
     rebatch: int | None
+    pre_bias: frozenset[str]
 
 
 def _calibrate_shard(shard: _Shard) -> Calibration:
-    return collect(shard.model, shard.feeds, shard.batch, shard.num_bins, False, shard.engine, shard.rebatch)
+    return collect(shard.model, shard.feeds, shard.batch, shard.num_bins, False, shard.engine, shard.rebatch,
+                   shard.pre_bias)
 
 
 class _Run:
     """One model's runner and observer; the runner is built at the first batch (an onnxruntime
     session costs seconds: the rebound model's may be the only one used)."""
 
-    def __init__(self, model: Model, num_bins: int, engine: str) -> None:
+    def __init__(self, model: Model, num_bins: int, engine: str, pre_bias: frozenset[str] = frozenset()) -> None:
         self.model, self.num_bins, self.engine = model, num_bins, engine
-        self.observer = _Observer(model, num_bins)
+        self.observer = _Observer(model, num_bins, pre_bias)
         self.runner: Runner | None = None
         self.samples = 0
 
@@ -281,6 +289,20 @@ def _data_inputs(node: Node) -> list[Value]:
     return [v for v in (node.inputs if node.op == "Concat" else node.inputs[:1]) if v is not None]
 
 
+def _adds_bias_last(node: Node) -> bool:
+    """A layer with a constant bias on its output's axis 1 (Conv, Dense)."""
+    index = get_schema(node.op).bias_input
+    bias = node.inputs[index] if index is not None and len(node.inputs) > index else None
+    return bias is not None and bias.is_const and len(node.outputs) == 1
+
+
+def _channel_bias(node: Node) -> np.ndarray:
+    bias = node.inputs[get_schema(node.op).bias_input or 0]
+    assert bias is not None and bias.const is not None
+    rank = node.outputs[0].type.rank
+    return np.asarray(bias.const, dtype=np.float32).reshape((1, -1) + (1,) * (rank - 2))
+
+
 class _Observer:
     """Folds each computed float tensor into its TensorStats, skipping the passes it can.
 
@@ -291,7 +313,7 @@ class _Observer:
     when the bins line up (TensorStats.add_relu_of), and observed otherwise.
     """
 
-    def __init__(self, model: Model, num_bins: int) -> None:
+    def __init__(self, model: Model, num_bins: int, pre_bias: frozenset[str] = frozenset()) -> None:
         graph = model.graph
         tracked = {id(v): v for v in graph.inputs if is_float(v)}
         for node in graph.nodes:
@@ -305,6 +327,11 @@ class _Observer:
             del tracked[id(node.outputs[0])]
         self.tracked = tracked
         self.stats = {v.name: TensorStats(v.name, num_bins) for v in tracked.values()}
+        self.pre_bias = {id(n.outputs[0]): (pre_bias_key(n.outputs[0].name), _channel_bias(n)) for n in graph.nodes
+                         if n.op in pre_bias and _adds_bias_last(n) and id(n.outputs[0]) in tracked}
+        for name, _ in self.pre_bias.values():
+            self.stats[name] = TensorStats(name, num_bins)
+            self.order.append(name)
         self.relu_input = {id(n.outputs[0]): id(n.inputs[0]) for n in graph.nodes
                            if n.op == "Relu" and id(n.outputs[0]) in tracked and id(n.inputs[0]) in tracked}
         self.relu_sources = set(self.relu_input.values())
@@ -314,6 +341,9 @@ class _Observer:
         key = id(value)
         if key not in self.tracked:
             return
+        pre = self.pre_bias.get(key)
+        if pre is not None:
+            self.stats[pre[0]].update(np.asarray(array) - pre[1])
         st = self.stats[value.name]
         relu_of = self.relu_input.get(key)
         source = self.batch_counts.get(relu_of) if relu_of is not None else None

@@ -47,6 +47,11 @@ class Calibration:
         return cls({s.name: s for s in stats}, int(data["samples"]))
 
 
+def pre_bias_key(name: str) -> str:
+    """The statistics of layer output `name`'s sum before its bias (calibrate's `pre_bias` ops)."""
+    return f"{name}#pre-bias"
+
+
 class CalibrationStats(Analysis):
     """Per-tensor statistics of the float model on the calibration data (`calibrate` stores them:
     they need data, so asking for them without that pass is a usage error naming who asked)."""

@@ -19,6 +19,7 @@ BUILTINS = Plugin(
         "assign-fixed-point": "qcc.passes.assign_fixed_point:AssignFixedPoint",
         "binarize-weights": "qcc.passes.binarize_weights:BinarizeWeights",
         "bias-correct": "qcc.passes.bias_correct:BiasCorrect",
+        "check-fixed-point": "qcc.passes.check_fixed_point:CheckFixedPoint",
         "learned-rounding": "qcc.passes.learned_rounding:LearnedRounding",
         "sensitivity": "qcc.passes.sensitivity:Sensitivity",
         "accuracy-control": "qcc.passes.accuracy_control:AccuracyControl",

@@ -4,7 +4,7 @@
 |---|---|
 | none | (empty) |
 | int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
-| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control] |
+| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
 The scheme's pipeline does not depend on the target: what a target requires (nnabla-c-runtime's
@@ -17,7 +17,8 @@ load). --method defaults to auto (per tensor, the least-error range or position,
 nothing needs clipping). equalize runs where one scale or position covers every channel of a
 weight (per-tensor and fixed point) unless --no-equalize; bias-correct runs unless
 --no-bias-correct; learned-rounding with --rounding learned, the default for the 4-bit weights
-of int4/uint4 (W4A8); accuracy-control with --max-accuracy-drop.
+of int4/uint4 (W4A8); accuracy-control with --max-accuracy-drop. check-fixed-point (a warning
+line when the fixed-point outputs are far from float) ends the fixed-point pipelines.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def default_pipeline(scheme: str, opts: Any) -> str:
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]
         return (f"fold-bn,{overrides}{equalize}calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
-                f"method={method}}}" + _refinements(scheme, opts))
+                f"method={method}}}" + _refinements(scheme, opts) + ",check-fixed-point")
     if scheme in ("binary-weight", "binary-connect"):
         _refuse_ptq_options(scheme, opts)
         return f"{overrides}binarize-weights{{mode={scheme}}}"

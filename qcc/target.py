@@ -43,7 +43,8 @@ class FixedPointRules:
     product_limit: bool = False
     """Ops with the `product` trait need output position <= input + weight positions."""
     truncating_accumulation: frozenset[str] = frozenset()
-    """Ops whose integer kernel truncates once per input channel while it accumulates."""
+    """Ops whose integer kernel truncates once per input channel while it accumulates, saturating
+    the running sum in the output's type, and adds the bias last."""
 
 
 NNABLA_C_RUNTIME = FixedPointRules(

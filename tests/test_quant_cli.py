@@ -49,7 +49,7 @@ def test_fixed_scheme_with_overrides_reports_float_fallbacks(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     report = json.loads(report_path.read_text())
     assert report["pipeline"] == ["fold-bn", "apply-overrides", "equalize", "calibrate", "assign-fixed-point",
-                                  "bias-correct"]
+                                  "bias-correct", "check-fixed-point"]
     fallbacks = {e["tensor"]: e["reason"] for e in report["float_fallbacks"]}
     assert "override FLOAT32" in fallbacks["logits"] and "fc.bias" in fallbacks
     relu5 = next(t for t in report["tensors"] if t["name"] == "relu5")

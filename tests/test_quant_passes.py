@@ -302,7 +302,7 @@ def test_default_pipelines() -> None:
     assert default_pipeline("uint8", opts) == \
         "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=auto},bias-correct"
     assert default_pipeline("fixed8", opts) == \
-        "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto},bias-correct"
+        "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto},bias-correct,check-fixed-point"
     assert default_pipeline("int4", opts) == \
         "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=int8,weight_dtype=int4,per_channel=true," \
         "method=auto},learned-rounding,bias-correct"
@@ -323,7 +323,8 @@ def test_default_pipelines() -> None:
     assert full("fixed8", "nnb")[-2:] == ["legalize-nnb", "plan-memory"]
     assert full("none", "c") == ["fuse-layernorm", "plan-memory"]  # a no-op without affine chains
     assert full("int8", "onnx-qdq")[-1] == "bias-correct"
-    assert full("fixed8", "nnb")[-4:] == ["assign-fixed-point", "bias-correct", "legalize-nnb", "plan-memory"]
+    assert full("fixed8", "nnb")[-5:] == ["assign-fixed-point", "bias-correct", "check-fixed-point", "legalize-nnb",
+                                         "plan-memory"]
     # an explicit pipeline gets the legalization too, before its own late passes
     assert full("fixed8", "nnb", "fold-bn,calibrate,assign-fixed-point,plan-memory{kind=shared}") == \
         ["fold-bn", "calibrate", "assign-fixed-point", "legalize-nnb", "plan-memory"]

@@ -47,7 +47,22 @@ def native_flags() -> tuple[str, ...]:
     return ("-O3", "-march=native") if probe.returncode == 0 else ("-O3",)
 
 
-FLAGS = {"portable": ("-O3",), "native": native_flags(), "tiny-sanitized": (*SANITIZE, *TINY)}
+def cpu_has_vnni() -> bool:
+    """The CPU runs AVX512-VNNI code (Linux: /proc/cpuinfo's flags), so a -mavx512vnni build can run."""
+    try:
+        return "avx512_vnni" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+VNNI = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")
+"""The dot-product instruction whatever -march=native finds (vpdpbusd, vpdpwssd)."""
+FLAGS = {"portable": ("-O3",), "native": native_flags(), "vnni": VNNI, "tiny-sanitized": (*SANITIZE, *TINY)}
+
+
+def needs_flags(flags: str) -> None:
+    if flags == "vnni" and not cpu_has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI")
 
 
 def kernel_model() -> Model:
@@ -84,8 +99,8 @@ def kernel_model() -> Model:
     return Model(g)
 
 
-def build(model: Model, directory: Path, flags: tuple[str, ...]) -> Path:
-    BACKEND.write(model, directory)
+def build(model: Model, directory: Path, flags: tuple[str, ...], isa: str = "portable") -> Path:
+    BACKEND.write(model, directory, BACKEND.make_options(isa=isa))
     name = directory.name
     (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
     exe = directory / "harness"
@@ -109,14 +124,17 @@ def affine(model: Model, calib: dict[str, np.ndarray], dtype: str, options: str 
     return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}{options}}}")).run(model, ctx).model
 
 
-AFFINE_MODES = {"int8": ("int8", ""), "uint8": ("uint8", ""), "int8-asym-weights": ("int8", ",weight_symmetric=false")}
-"""Symmetric int8 weights take the uint8 x int8 dot products (inputs offset to uint8); asymmetric
-weights, centered, need 9 bits: the int16 dot products."""
+AFFINE_MODES = {"int8": ("int8", "", "portable"), "int8-dot8": ("int8", "", "dot8"), "uint8-dot8": ("uint8", "", "dot8"),
+                "int8-asym-weights-dot8": ("int8", ",weight_symmetric=false", "dot8")}
+"""The portable default takes int16 dot products; with isa=dot8, symmetric int8 weights take the
+uint8 x int8 dot products (inputs offset to uint8), asymmetric weights, centered, need 9 bits:
+the int16 dot products still."""
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))
 @pytest.mark.parametrize("mode", ["fixed8", "fixed16", *AFFINE_MODES])
 def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -> None:
+    needs_flags(flags)
     rng = np.random.default_rng(len(mode) + len(flags))
     model = kernel_model()
     calib = {"x": rng.standard_normal((8, 6, 11, 13)).astype(np.float32)}
@@ -124,13 +142,15 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
         bits = int(mode[5:])
         annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
     else:
-        model = affine(model, calib, *AFFINE_MODES[mode])
+        model = affine(model, calib, *AFFINE_MODES[mode][:2])
     source = tmp_path / "k" / "k.c"
-    exe = build(model, tmp_path / "k", FLAGS[flags])
+    isa = AFFINE_MODES[mode][2] if mode in AFFINE_MODES else "portable"
+    exe = build(model, tmp_path / "k", FLAGS[flags], isa)
     text = source.read_text()
     if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
-        dot, band = ("qcc_dot_i16_", "qcc_band_") if "asym" in mode else ("qcc_dot_u8_", "qcc_cband_")
-        assert dot in text and band in text and "qcc_packr_" in text and "qcc_dwconv_" in text
+        u8 = isa == "dot8" and "asym" not in mode
+        dot, band = ("qcc_dot_u8_", "qcc_cband_") if u8 else ("qcc_dot_i16_", "qcc_band_")
+        assert dot in text and band in text and ("qcc_dot_u8_" in text) == u8 and "qcc_packr_" in text and "qcc_dwconv_" in text
         assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
         assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
@@ -145,6 +165,7 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
     """|c - exact| <= gamma_n * sum |x_i w_i| + |b| (n terms, gamma_n = n u / (1 - n u), u = 2^-24):
     Higham's bound for a float32 sum of products in any order, fused or not. The kernels reorder
     and fuse the sums, so this, not bit equality with another program, is what they promise."""
+    needs_flags(flags)
     rng = np.random.default_rng(5)
     model = kernel_model()
     convs = [n for n in model.graph.nodes if n.op == "Conv"]

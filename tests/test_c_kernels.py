@@ -65,14 +65,14 @@ def needs_flags(flags: str) -> None:
         pytest.skip("this CPU has no AVX512-VNNI")
 
 
-def kernel_model() -> Model:
+def kernel_model(width: int = 13) -> Model:
     """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated (along x: gathered;
     along y: the column band), 1x1 (direct rows; grouped), depthwise, a long sum (dot products),
     Dense; Relu and BatchNorm after convs (fused epilogues); overlapping max and average pooling;
     the global ones."""
     rng = np.random.default_rng(11)
     g = Graph("kernels")
-    x = g.add_input("x", TensorType("float32", ("N", 6, 11, 13)))
+    x = g.add_input("x", TensorType("float32", ("N", 6, 11, width)))
 
     def const(name: str, *shape: int) -> Value:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
@@ -158,6 +158,20 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     results = run_fixed(model, {"x": x}) if mode.startswith("fixed") else run_affine_int(model, {"x": x})
     want = flat_outputs(model, results, len(x))
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("flags", ["portable", "tiny-sanitized"])
+def test_tiles_inside_wide_rows_are_bit_exact(tmp_path: Path, flags: str) -> None:
+    """Rows wider than a tile (37 > QCC_OB): tiles inside one row clip their taps at the row's
+    edges (padding on the left, on the right, stride 1 and 2), where the 13-wide maps above cross
+    rows and gather; the exact-float affine kernel shares the float kernels' panel."""
+    rng = np.random.default_rng(37)
+    model = affine(kernel_model(37), {"x": rng.standard_normal((8, 6, 11, 37)).astype(np.float32)}, "int8")
+    exe = build(model, tmp_path / "w", FLAGS[flags])
+    assert "qcc_convf_" in (tmp_path / "w" / "w.c").read_text()
+    x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
+    want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
+    assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))

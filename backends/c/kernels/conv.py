@@ -305,6 +305,15 @@ static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc
                 for (q = 0; q < QCC_OB; ++q) {{
                     pk[q] = {val("xr[2 * q]")};
                 }}
+            }} else if (p->sw == 1) {{ /* a row's edge: padding, then the part inside, contiguous */
+                const long at = base - t0;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = pad;
+                }}
+                for (q = t0; q < t1; ++q) {{
+                    pk[q] = {val("xc[at + q]")};
+                }}
             }} else {{
                 for (q = 0; q < t0; ++q) {{
                     pk[q] = pad;

@@ -212,6 +212,47 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
             values[id(node.outputs[0])] = np.maximum(inputs[0], 0)  # type: ignore[arg-type]
 
 
+def residual_model() -> Model:
+    """Conv -> BatchNorm -> Add(an earlier Relu) -> Relu (fusable), Conv + Add(the graph input)
+    (fusable), and an Add whose other operand is computed after its convolution (not fusable)."""
+    rng = np.random.default_rng(19)
+    g = Graph("residual")
+    x = g.add_input("x", TensorType("float32", ("N", 8, 9, 20)))
+
+    def const(name: str, *shape: int, low: float = -0.4, high: float = 0.4) -> Value:
+        return g.add_constant(name, rng.uniform(low, high, shape).astype(np.float32))
+
+    r1 = g.add("Relu", g.add("Conv", x, const("w1", 8, 8, 3, 3), const("b1", 8), name="c1", pads=[1, 1, 1, 1]),
+               name="r1")
+    c2 = g.add("Conv", r1, const("w2", 8, 8, 3, 3), name="c2", pads=[1, 1, 1, 1])
+    bn = g.add("BatchNorm", c2, *(const(f"bn_{k}", 8, low=0.5, high=1.5) for k in "sbmv"), name="bn")
+    r2 = g.add("Relu", g.add("Add", bn, r1, name="add"), name="r2")
+    c3 = g.add("Conv", r2, const("w3", 8, 8, 1, 1), name="c3")
+    late = g.add("Conv", r2, const("w4", 8, 8, 1, 1), name="late")
+    add2 = g.add("Add", c3, late, name="add2")
+    add3 = g.add("Add", g.add("Conv", x, const("w5", 8, 8, 1, 1), name="c5"), x, name="add3")
+    g.outputs = [add2, add3]
+    return Model(g)
+
+
+@pytest.mark.parametrize("flags", ["portable", "tiny-sanitized"])
+def test_residual_adds_are_computed_by_the_convolution(tmp_path: Path, flags: str) -> None:
+    """A float Conv (-> BatchNorm) -> Add -> Relu is one kernel call when the Add's other operand
+    exists before the convolution runs; the values are those of the separate kernels (a + b is
+    b + a): within the float32 bound of the convolutions' sums (taps x 2^-24 x the sums' size,
+    twice for the two layers in a row, with room for the BatchNorm's rounding)."""
+    model = residual_model()
+    exe = build(model, tmp_path / "res", FLAGS[flags])
+    body = (tmp_path / "res" / "res.c").read_text().split("res_run_with_arena")[1]
+    assert "qcc_conv_f32_bn_add_relu(" in body and "qcc_conv_f32_add(" in body
+    assert body.count("qcc_add_f32(") == 1 and "add2 (Add) -> float32" in body  # `late` runs after c3
+    x = np.random.default_rng(20).standard_normal((2, 8, 9, 20)).astype(np.float32)
+    got = run_c(exe, x, out_size(model))
+    want = flat_outputs(model, run_model(model, {"x": x}), len(x))
+    size = np.abs(want).max()
+    assert np.allclose(got, want, rtol=0, atol=4 * 2 * 72 * 2.0**-24 * 8 * size), np.abs(got - want).max()
+
+
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
     table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a

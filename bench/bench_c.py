@@ -6,7 +6,9 @@
 
 Per model and numeric mode, the generated C is built twice with its own Makefile: the portable
 default (`make`: -std=c99 -O3, no instruction-set flag) and `make ARCH_FLAGS="-O3 -march=native"`,
-and run through its main.c (`./model IN OUT REPEATS`: CPU time per inference). Beside it, in the
+and run through its main.c (`./model IN OUT REPEATS`: CPU time per inference); affine modes' native
+build is generated with `--target c{isa=dot8}` where -march=native has an 8-bit dot product (VNNI,
+DOTPROD), the default source built native beside it. Beside it, in the
 same process and the same rounds: ONNX Runtime on the float model and on qcc's int8 QDQ model
 (`--target onnx-qdq --quantize int8`), one intra-op and one inter-op thread, all graph
 optimizations; and nnabla-c-runtime (`nnablart infer`, found on PATH, in QCC_NNABLART or at the

@@ -6,7 +6,9 @@
 
 Per model and numeric mode, the generated C is built twice with its own Makefile: the portable
 default (`make`: -std=c99 -O3, no instruction-set flag) and `make ARCH_FLAGS="-O3 -march=native"`,
-and run through its main.c (`./model IN OUT REPEATS`: CPU time per inference). Beside it, in the
+and run through its main.c (`./model IN OUT REPEATS`: CPU time per inference); affine modes' native
+build is generated with `--target c{isa=dot8}` where -march=native has an 8-bit dot product (VNNI,
+DOTPROD), the default source built native beside it. Beside it, in the
 same process and the same rounds: ONNX Runtime on the float model and on qcc's int8 QDQ model
 (`--target onnx-qdq --quantize int8`), one intra-op and one inter-op thread, all graph
 optimizations; and nnabla-c-runtime (`nnablart infer`, found on PATH, in QCC_NNABLART or at the
@@ -56,6 +58,7 @@ HEADING = "## C backend"
 DIGITS = ROOT / "examples" / "digits"
 NATIVE = "-O3 -march=native"
 SCHEMES = {"float32": "none", "int8": "int8", "uint8": "uint8", "fixed8": "fixed8", "fixed16": "fixed16"}
+AFFINE = ("int8", "uint8")
 
 
 # ---------------------------------------------------------------- models
@@ -262,6 +265,14 @@ def build(directory: Path, arch: str | None, label: str) -> Path:
     return exe
 
 
+def native_has_dot8() -> bool:
+    """-march=native targets an 8-bit dot-product instruction (x86 VNNI, Arm DOTPROD): the native
+    build then takes target c's isa=dot8."""
+    macros = subprocess.run(["gcc", "-march=native", "-dM", "-E", "-x", "c", "-"], input="", capture_output=True,
+                            text=True).stdout
+    return any(m in macros for m in ("__AVX512VNNI__", "__AVXVNNI__", "__ARM_FEATURE_DOTPROD"))
+
+
 def object_bytes(directory: Path, arch: str | None) -> int:
     """text + data of the model's object file (weights are in .rodata, counted in text)."""
     c_file = next(p for p in directory.glob("*.c") if p.name != "main.c")
@@ -328,9 +339,16 @@ def prepare(name: str, modes: list[str], tmp: Path, args: argparse.Namespace) ->
             continue
         portable, native = build(out, None, "portable"), build(out, NATIVE, "native")
         variants[f"c_{mode}_portable"] = Variant(f"{name} C {mode} portable", c_runner(portable, x))
-        variants[f"c_{mode}_native"] = Variant(f"{name} C {mode} native", c_runner(native, x))
         static[mode] = {"bytes_portable": object_bytes(out, None), "bytes_native": object_bytes(out, NATIVE),
                         "arena": arena_bytes(out)}
+        if scheme in AFFINE and native_has_dot8():  # native: the uint8 x int8 dot products, isa=portable beside
+            variants[f"c_{mode}_native_isa_portable"] = Variant(f"{name} C {mode} native isa=portable",
+                                                               c_runner(native, x))
+            out = tmp / f"{name}_{mode}_dot8"
+            qcc.driver.compile(str(src), out, target="c{isa=dot8}", quantize=scheme, calib=str(calib), **bind)
+            native = build(out, NATIVE, "native")
+            static[mode]["bytes_native"] = object_bytes(out, NATIVE)
+        variants[f"c_{mode}_native"] = Variant(f"{name} C {mode} native", c_runner(native, x))
         if args.callgrind:
             avx2 = build(out, "-O3 -mavx2 -mfma", "avx2")
             inp = out / "in.bin"
@@ -399,16 +417,18 @@ def report(prepared: dict[str, dict[str, Any]], modes: list[str], args: argparse
         f"{os.cpu_count()} CPUs), {gcc}, onnxruntime {onnxruntime.__version__}; {pinned}. Latency: CPU time per "
         f"inference in microseconds, median of {args.rounds} interleaved rounds (min-max), each round a batch of "
         f">= {args.batch_s} s. C portable = the Makefile's default (`-std=c99 -O3`, no instruction-set flag); "
-        f"C native = `ARCH_FLAGS=\"{NATIVE}\"`. ORT: 1 thread, all graph optimizations; QDQ = qcc's "
+        f"C native = `ARCH_FLAGS=\"{NATIVE}\"`, affine modes generated with `--target c{{isa=dot8}}` where the "
+        "native instruction set has an 8-bit dot product (VNNI; the int16 products of the default `isa=portable`, "
+        "built native, beside them). ORT: 1 thread, all graph optimizations; QDQ = qcc's "
         "`--target onnx-qdq --quantize int8`. nnablart = nnabla-c-runtime's `nnablart infer` on qcc's .nnb of "
         "the same model (float for float32, fixed8 for fixed8; CPU time of infer minus dump). Load average "
         f"(1/5/15 min) before: {'/'.join(f'{v:.1f}' for v in loads[0])}, after: "
         f"{'/'.join(f'{v:.1f}' for v in loads[1])}.",
         "",
-        "| model | C mode | C native (us) | C portable (us) | ORT float (us) | ORT QDQ int8 (us) | nnablart (us) "
+        "| model | C mode | C native (us) | C native isa=portable (us) | C portable (us) | ORT float (us) | ORT QDQ int8 (us) | nnablart (us) "
         "| native / ORT float | portable / ORT float | native / ORT QDQ | nnablart / C native | code native / "
         "portable (B) | arena (B) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, p in prepared.items():
         vs = p["variants"]
@@ -418,7 +438,7 @@ def report(prepared: dict[str, dict[str, Any]], modes: list[str], args: argparse
             st = p["static"].get(mode, {})
             lines.append(
                 f"| {name} | {mode} | {cell(native) if 'refused' not in st else 'refused: ' + st['refused']} "
-                f"| {cell(portable)} | {cell(vs['ort_float'])} "
+                f"| {cell(vs.get(f'c_{mode}_native_isa_portable'))} | {cell(portable)} | {cell(vs['ort_float'])} "
                 f"| {cell(vs['ort_qdq'])} | {cell(nnab)} | {ratio(native, vs['ort_float'])} "
                 f"| {ratio(portable, vs['ort_float'])} | {ratio(native, vs['ort_qdq'])} | {ratio(nnab, native)} "
                 f"| {st.get('bytes_native', '-')} / {st.get('bytes_portable', '-')} | {st.get('arena', '-')} |")

@@ -47,17 +47,32 @@ def native_flags() -> tuple[str, ...]:
     return ("-O3", "-march=native") if probe.returncode == 0 else ("-O3",)
 
 
-FLAGS = {"portable": ("-O3",), "native": native_flags(), "tiny-sanitized": (*SANITIZE, *TINY)}
+def cpu_has_vnni() -> bool:
+    """The CPU runs AVX512-VNNI code (Linux: /proc/cpuinfo's flags), so a -mavx512vnni build can run."""
+    try:
+        return "avx512_vnni" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
 
 
-def kernel_model() -> Model:
+VNNI = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")
+"""The dot-product instruction whatever -march=native finds (vpdpbusd, vpdpwssd)."""
+FLAGS = {"portable": ("-O3",), "native": native_flags(), "vnni": VNNI, "tiny-sanitized": (*SANITIZE, *TINY)}
+
+
+def needs_flags(flags: str) -> None:
+    if flags == "vnni" and not cpu_has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI")
+
+
+def kernel_model(width: int = 13) -> Model:
     """One layer per kernel path: 3x3 stride-1 (band / panel), strided and dilated (along x: gathered;
     along y: the column band), 1x1 (direct rows; grouped), depthwise, a long sum (dot products),
     Dense; Relu and BatchNorm after convs (fused epilogues); overlapping max and average pooling;
     the global ones."""
     rng = np.random.default_rng(11)
     g = Graph("kernels")
-    x = g.add_input("x", TensorType("float32", ("N", 6, 11, 13)))
+    x = g.add_input("x", TensorType("float32", ("N", 6, 11, width)))
 
     def const(name: str, *shape: int) -> Value:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
@@ -84,8 +99,8 @@ def kernel_model() -> Model:
     return Model(g)
 
 
-def build(model: Model, directory: Path, flags: tuple[str, ...]) -> Path:
-    BACKEND.write(model, directory)
+def build(model: Model, directory: Path, flags: tuple[str, ...], isa: str = "portable") -> Path:
+    BACKEND.write(model, directory, BACKEND.make_options(isa=isa))
     name = directory.name
     (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
     exe = directory / "harness"
@@ -109,14 +124,17 @@ def affine(model: Model, calib: dict[str, np.ndarray], dtype: str, options: str 
     return PassManager(build_passes(f"calibrate,quantize-affine{{dtype={dtype}{options}}}")).run(model, ctx).model
 
 
-AFFINE_MODES = {"int8": ("int8", ""), "uint8": ("uint8", ""), "int8-asym-weights": ("int8", ",weight_symmetric=false")}
-"""Symmetric int8 weights take the uint8 x int8 dot products (inputs offset to uint8); asymmetric
-weights, centered, need 9 bits: the int16 dot products."""
+AFFINE_MODES = {"int8": ("int8", "", "portable"), "int8-dot8": ("int8", "", "dot8"), "uint8-dot8": ("uint8", "", "dot8"),
+                "int8-asym-weights-dot8": ("int8", ",weight_symmetric=false", "dot8")}
+"""The portable default takes int16 dot products; with isa=dot8, symmetric int8 weights take the
+uint8 x int8 dot products (inputs offset to uint8), asymmetric weights, centered, need 9 bits:
+the int16 dot products still."""
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))
 @pytest.mark.parametrize("mode", ["fixed8", "fixed16", *AFFINE_MODES])
 def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -> None:
+    needs_flags(flags)
     rng = np.random.default_rng(len(mode) + len(flags))
     model = kernel_model()
     calib = {"x": rng.standard_normal((8, 6, 11, 13)).astype(np.float32)}
@@ -124,13 +142,15 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
         bits = int(mode[5:])
         annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
     else:
-        model = affine(model, calib, *AFFINE_MODES[mode])
+        model = affine(model, calib, *AFFINE_MODES[mode][:2])
     source = tmp_path / "k" / "k.c"
-    exe = build(model, tmp_path / "k", FLAGS[flags])
+    isa = AFFINE_MODES[mode][2] if mode in AFFINE_MODES else "portable"
+    exe = build(model, tmp_path / "k", FLAGS[flags], isa)
     text = source.read_text()
     if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
-        dot, band = ("qcc_dot_i16_", "qcc_band_") if "asym" in mode else ("qcc_dot_u8_", "qcc_cband_")
-        assert dot in text and band in text and "qcc_packr_" in text and "qcc_dwconv_" in text
+        u8 = isa == "dot8" and "asym" not in mode
+        dot, band = ("qcc_dot_u8_", "qcc_cband_") if u8 else ("qcc_dot_i16_", "qcc_band_")
+        assert dot in text and band in text and ("qcc_dot_u8_" in text) == u8 and "qcc_packr_" in text and "qcc_dwconv_" in text
         assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
         assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
@@ -140,11 +160,26 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("flags", ["portable", "tiny-sanitized"])
+def test_tiles_inside_wide_rows_are_bit_exact(tmp_path: Path, flags: str) -> None:
+    """Rows wider than a tile (37 > QCC_OB): tiles inside one row clip their taps at the row's
+    edges (padding on the left, on the right, stride 1 and 2), where the 13-wide maps above cross
+    rows and gather; the exact-float affine kernel shares the float kernels' panel."""
+    rng = np.random.default_rng(37)
+    model = affine(kernel_model(37), {"x": rng.standard_normal((8, 6, 11, 37)).astype(np.float32)}, "int8")
+    exe = build(model, tmp_path / "w", FLAGS[flags])
+    assert "qcc_convf_" in (tmp_path / "w" / "w.c").read_text()
+    x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
+    want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
+    assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("flags", list(FLAGS))
 def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags: str) -> None:
     """|c - exact| <= gamma_n * sum |x_i w_i| + |b| (n terms, gamma_n = n u / (1 - n u), u = 2^-24):
     Higham's bound for a float32 sum of products in any order, fused or not. The kernels reorder
     and fuse the sums, so this, not bit equality with another program, is what they promise."""
+    needs_flags(flags)
     rng = np.random.default_rng(5)
     model = kernel_model()
     convs = [n for n in model.graph.nodes if n.op == "Conv"]
@@ -175,6 +210,47 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
             values[id(node.outputs[0])] = mine  # the next layer reads what C computed
         elif node.op == "Relu":
             values[id(node.outputs[0])] = np.maximum(inputs[0], 0)  # type: ignore[arg-type]
+
+
+def residual_model() -> Model:
+    """Conv -> BatchNorm -> Add(an earlier Relu) -> Relu (fusable), Conv + Add(the graph input)
+    (fusable), and an Add whose other operand is computed after its convolution (not fusable)."""
+    rng = np.random.default_rng(19)
+    g = Graph("residual")
+    x = g.add_input("x", TensorType("float32", ("N", 8, 9, 20)))
+
+    def const(name: str, *shape: int, low: float = -0.4, high: float = 0.4) -> Value:
+        return g.add_constant(name, rng.uniform(low, high, shape).astype(np.float32))
+
+    r1 = g.add("Relu", g.add("Conv", x, const("w1", 8, 8, 3, 3), const("b1", 8), name="c1", pads=[1, 1, 1, 1]),
+               name="r1")
+    c2 = g.add("Conv", r1, const("w2", 8, 8, 3, 3), name="c2", pads=[1, 1, 1, 1])
+    bn = g.add("BatchNorm", c2, *(const(f"bn_{k}", 8, low=0.5, high=1.5) for k in "sbmv"), name="bn")
+    r2 = g.add("Relu", g.add("Add", bn, r1, name="add"), name="r2")
+    c3 = g.add("Conv", r2, const("w3", 8, 8, 1, 1), name="c3")
+    late = g.add("Conv", r2, const("w4", 8, 8, 1, 1), name="late")
+    add2 = g.add("Add", c3, late, name="add2")
+    add3 = g.add("Add", g.add("Conv", x, const("w5", 8, 8, 1, 1), name="c5"), x, name="add3")
+    g.outputs = [add2, add3]
+    return Model(g)
+
+
+@pytest.mark.parametrize("flags", ["portable", "tiny-sanitized"])
+def test_residual_adds_are_computed_by_the_convolution(tmp_path: Path, flags: str) -> None:
+    """A float Conv (-> BatchNorm) -> Add -> Relu is one kernel call when the Add's other operand
+    exists before the convolution runs; the values are those of the separate kernels (a + b is
+    b + a): within the float32 bound of the convolutions' sums (taps x 2^-24 x the sums' size,
+    twice for the two layers in a row, with room for the BatchNorm's rounding)."""
+    model = residual_model()
+    exe = build(model, tmp_path / "res", FLAGS[flags])
+    body = (tmp_path / "res" / "res.c").read_text().split("res_run_with_arena")[1]
+    assert "qcc_conv_f32_bn_add_relu(" in body and "qcc_conv_f32_add(" in body
+    assert body.count("qcc_add_f32(") == 1 and "add2 (Add) -> float32" in body  # `late` runs after c3
+    x = np.random.default_rng(20).standard_normal((2, 8, 9, 20)).astype(np.float32)
+    got = run_c(exe, x, out_size(model))
+    want = flat_outputs(model, run_model(model, {"x": x}), len(x))
+    size = np.abs(want).max()
+    assert np.allclose(got, want, rtol=0, atol=4 * 2 * 72 * 2.0**-24 * 8 * size), np.abs(got - want).max()
 
 
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:

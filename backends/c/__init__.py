@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import attrs
 from qcc.backends.c.emit import Generated, file_names, generate
@@ -27,6 +28,9 @@ __all__ = ["BACKEND", "CBackend", "Generated", "file_names", "generate"]
 class COptions:
     name: str | None = attrs.field(
         default=None, metadata={"help": "file stem and symbol prefix (default: the output directory's name)"})
+    isa: Literal["portable", "dot8"] = attrs.field(
+        default="portable", metadata={"help": "affine int8 dot products: portable (int16 products, pmaddwd/SMLAD) "
+                                      "or dot8 (uint8 x int8, for CPUs with VNNI / Arm DOTPROD)"})
 
 
 class CBackend(Backend):
@@ -74,7 +78,7 @@ class CBackend(Backend):
         """
         target = Path(out)
         check_generated_names(str(target), self.file_names(target, options))
-        generated = generate(model, options.name or target.name or "model")
+        generated = generate(model, options.name or target.name or "model", isa=options.isa)
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)

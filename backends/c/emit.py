@@ -47,10 +47,14 @@ def file_names(name: str) -> list[str]:
     return [f"{ident}.h", f"{ident}.c", "main.c", "Makefile", "main.o", f"{ident}.o", "model", MARKER]
 
 
-def generate(model: Model, name: str) -> Generated:
-    """All sources for one model; raises UnsupportedError before producing anything partial."""
+def generate(model: Model, name: str, isa: str = "portable") -> Generated:
+    """All sources for one model; raises UnsupportedError before producing anything partial.
+
+    `isa` "dot8" writes the affine dot products as uint8 x int8 (one vpdpbusd / SDOT per four
+    products where the CPU has one); without such an instruction compilers widen both operands
+    per product, so the portable default keeps int16 products of inputs widened once."""
     ident = c_identifier(name).lower()
-    lw = Lowering(model, numeric_mode(model))
+    lw = Lowering(model, numeric_mode(model), dot8=isa == "dot8")
     stored = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
     align = max(lw.ctype(v).size for v in stored) if stored else 4
 

@@ -177,9 +177,11 @@ class NumericMode:
 class Lowering:
     """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""
 
-    def __init__(self, model: Model, mode: NumericMode) -> None:
+    def __init__(self, model: Model, mode: NumericMode, dot8: bool = False) -> None:
         self.model = model
         self.mode = mode
+        self.dot8 = dot8
+        """Affine dot products as uint8 x int8 (target option isa=dot8) rather than int16 x int16."""
         self.kernels = KernelSet()
         self.consts: dict[int, ConstArray] = {}
         self.defs: list[str] = []

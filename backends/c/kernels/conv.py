@@ -104,6 +104,22 @@ def with_unary(ep: Epilogue, op: str, stmts: str, params: tuple[str, ...], helpe
                    f"{{\nconst float v = r;\n{stmts}\n}}\n", helpers)
 
 
+def with_residual(ep: Epilogue) -> Epilogue:
+    """A residual Add fused into the tiled float kernel (`conv_float`): its other operand, shaped like
+    the output, added where each value is stored (a tile's last positions may lie past the map), so
+    the sum is neither copied nor read again by an Add and a Relu of their own."""
+    return attrs.evolve(ep, suffix=f"{ep.suffix}_add", params=(*ep.params, "const float *skip"),
+                        channel=f"{ep.channel}const float *sk = skip + ((long)n * p->o + oc) * npix + p0;\n",
+                        post=f"{ep.post}r = r + sk[j];\n")
+
+
+def with_stored_unary(ep: Epilogue, op: str, stmts: str, params: tuple[str, ...],
+                      helpers: tuple[str, ...]) -> Epilogue:
+    """`with_unary` where each value is stored: after a fused residual Add."""
+    return attrs.evolve(ep, suffix=f"{ep.suffix}_{op.lower()}", params=(*ep.params, *(f"float {p}" for p in params)),
+                        post=f"{ep.post}{{\nconst float v = r;\n{stmts}\n}}\n", helpers=ep.helpers + helpers)
+
+
 def affine_epilogue(y: CType) -> Epilogue:
     """The bias on the accumulator scale, then the per-channel requantization (qcc.sim.affine_int)."""
     return Epilogue("", ("int32_t zy",), "const int32_t bo = bias[oc];\nconst int32_t mo = mult[oc];\n"
@@ -304,6 +320,15 @@ static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc
                 QCC_VECTOR_LOOP
                 for (q = 0; q < QCC_OB; ++q) {{
                     pk[q] = {val("xr[2 * q]")};
+                }}
+            }} else if (p->sw == 1) {{ /* a row's edge: padding, then the part inside, contiguous */
+                const long at = base - t0;
+                QCC_VECTOR_LOOP
+                for (q = 0; q < QCC_OB; ++q) {{
+                    pk[q] = pad;
+                }}
+                for (q = t0; q < t1; ++q) {{
+                    pk[q] = {val("xc[at + q]")};
                 }}
             }} else {{
                 for (q = 0; q < t0; ++q) {{

@@ -131,11 +131,12 @@ def _conv(lw: Lowering, node: Node) -> Step:
 
 def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC.Epilogue,
                out: CType) -> tuple[str, str, str, str, str]:
-    """The dot-product kernel and its arrays: uint8 x int8 products (offset inputs, the offset folded into
-    the bias) when the centered weights are int8, else int16 products of centered inputs."""
+    """The dot-product kernel and its arrays: with isa=dot8, uint8 x int8 products (offset inputs, the
+    offset folded into the bias) when the centered weights are int8; else int16 products of centered
+    inputs (what pmaddwd / SMLAD take without widening the weights' partner again per product)."""
     x = node.input(0)
     cx = lw.ctype(x)
-    if not KC.u8_dot_fits(weights, cx.lo, cx.hi):
+    if not (lw.dot8 and KC.u8_dot_fits(weights, cx.lo, cx.hi)):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, KC.pack_affine_weights(weights, group))
         return KC.conv_affine(lw.kernels, cx, wt, out, ep), w, bias, mult, shift
     li = ai.layer_ints(node)

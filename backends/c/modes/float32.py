@@ -41,9 +41,10 @@ from qcc.ir.core import Node, Value
 from qcc.sim import fixed as fx
 
 
-def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg]]:
-    """The float epilogue of a Conv/Dense: its bias, then a BatchNorm with constant parameters and a
-    one-input activation that alone read its output, computed as their own kernels would."""
+def _epilogue(lw: Lowering, node: Node, residual: bool = False) -> tuple[KC.Epilogue, list[Arg]]:
+    """The float epilogue of a Conv/Dense: its bias, then a BatchNorm with constant parameters, a
+    residual Add (`residual`: the tiled convolution) and a one-input activation that alone read its
+    output, computed as their own kernels would (a + b is b + a, bit for bit)."""
     ep, args = KC.float_epilogue(), []
     nxt = lw.consumer(node.outputs[0])
     if nxt is not None and nxt.op == "BatchNorm" and all(v is not None and v.const is not None
@@ -52,12 +53,34 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg]]:
         args += shared.batchnorm_arrays(lw, nxt)
         lw.fuse(nxt)
         nxt = lw.consumer(nxt.outputs[0])
+    added = residual and nxt is not None and _residual_operand(lw, node, nxt) is not None
+    if added:
+        assert nxt is not None
+        ep = KC.with_residual(ep)
+        args.append(Ptr(nxt.input(1)))
+        lw.fuse(nxt)
+        nxt = lw.consumer(nxt.outputs[0])
     if nxt is not None and nxt.op in KE.UNARY:
         stmts, params, helpers = KE.UNARY[nxt.op]
-        ep = KC.with_unary(ep, nxt.op, stmts, params, helpers)
+        ep = (KC.with_stored_unary if added else KC.with_unary)(ep, nxt.op, stmts, params, helpers)
         args += shared.unary_params(lw, nxt)
         lw.fuse(nxt)
     return ep, args
+
+
+def _residual_operand(lw: Lowering, node: Node, add: Node) -> Value | None:
+    """The other operand of an Add the convolution `node` can compute: a stored float32 tensor of the
+    output's shape (no broadcast), computed before `node` runs (a graph input or an earlier node's)."""
+    if add.op != "Add" or len(add.inputs) != 2:
+        return None
+    skip = add.input(1)
+    out = add.outputs[0]
+    if skip.const is not None or skip.type.dtype != "float32" or out.type.dtype != "float32" or \
+            static_shape(skip) != static_shape(out) or static_shape(out) != static_shape(node.outputs[0]):
+        return None
+    producer = skip.producer()
+    nodes = lw.model.graph.nodes
+    return skip if producer is None or nodes.index(producer) < nodes.index(node) else None
 
 
 def _conv(lw: Lowering, node: Node) -> Step:
@@ -69,8 +92,9 @@ def _conv(lw: Lowering, node: Node) -> Step:
         raise lw.unsupported(node, "weights must be constant")
     _, stored, comment = lw.mode.param(lw, w, node)
     group = node.attrs["group"]
-    ep, extra = _epilogue(lw, node)
-    if KC.is_depthwise(stored.shape, group):
+    depthwise = KC.is_depthwise(stored.shape, group)
+    ep, extra = _epilogue(lw, node, residual=not depthwise)
+    if depthwise:
         fn = KC.depthwise(lw.kernels, FLOAT, FLOAT, FLOAT, ep, "float")
         weights = lw.const(w, node)
     else:

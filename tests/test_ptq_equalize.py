@@ -142,8 +142,8 @@ def test_no_equalize_flag_and_report(tmp_path: Path, mobilenet_digits_files: Net
     assert proc.returncode == 0, proc.stderr
     import json
 
-    assert json.loads(report.read_text())["pipeline"] == ["fold-bn", "calibrate", "assign-fixed-point", "legalize-nnb",
-                                                          "plan-memory"]
+    assert json.loads(report.read_text())["pipeline"] == ["fold-bn", "calibrate", "assign-fixed-point",
+                                                          "check-fixed-point", "legalize-nnb", "plan-memory"]
 
 
 def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None:

@@ -109,7 +109,7 @@ def fake_quant_affine(
     s = _channel_shape(x, np.asarray(scale, dtype=np.float32), axis)
     zp = _channel_shape(x, np.asarray(zero_point, dtype=np.float32), axis)
     lo, hi = AFFINE_DTYPES[dtype]
-    with np.errstate(invalid="ignore"):  # NaN stays NaN (the integer round trip has no defined value)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN stays NaN; x / s past float32 saturates
         q = np.divide(x, s)
         np.rint(q, out=q)
         q += zp

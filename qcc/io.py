@@ -22,10 +22,16 @@ def _prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}-"
 
 
-def _temporary_name(target: Path, suffix: str) -> Path:
-    """A temporary's name, chosen before it exists: the cleanup that removes it on failure (^C
-    included) is armed before the file system holds it, so no interrupt can leave it behind."""
-    return target.parent / f"{_prefix(target)}{os.urandom(6).hex()}{suffix}"
+def _temporary_beside(target: Path) -> Path:
+    """The name of a new temporary beside `target` (its folder made, dead writers' leftovers
+    removed). Chosen before it exists: the caller creates it inside the block that removes it on
+    failure (^C included), so no interrupt can leave it behind."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale_temporaries(target)
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+    return target.parent / f"{_prefix(target)}{os.urandom(6).hex()}.tmp"
 
 
 def _started_at(pid: int) -> float | None:
@@ -106,18 +112,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
     target = Path(path)
     check_file_target(target)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temporaries(target)
-    except OSError as exc:
-        raise _cannot_write(target, exc) from None
-    tmp = _temporary_name(target, ".tmp")
+    tmp = _temporary_beside(target)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fchmod(handle.fileno(), 0o666 & ~_umask())  # mkstemp's 0600 is not what `open` gives
+            os.fchmod(handle.fileno(), 0o666 & ~_umask())  # created 0600; `open` would give 0666 & ~umask
             os.fsync(handle.fileno())
         _keep_previous(target)
         os.replace(tmp, target)
@@ -163,12 +164,7 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     target = Path(path)
     check_replaceable(target)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temporaries(target)
-    except OSError as exc:
-        raise _cannot_write(target, exc) from None
-    tmp = _temporary_name(target, ".tmp")
+    tmp = _temporary_beside(target)
     try:
         os.mkdir(tmp, 0o700)
         yield tmp

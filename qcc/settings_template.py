@@ -35,6 +35,9 @@ def write_settings(model: str, out: str, calib: Any = None, quantize: str = "fix
             from qcc.options import choice_error
 
             raise choice_error("--quantize", quantize, tuple(FIXED))
+        if FIXED[quantize][1] < 8:
+            raise UsageError(f"--quantize {quantize}: settings.yaml has no 4-bit type (nnabla's converter would "
+                             "round the weights to FIXED8); compile the .nnb with qcc instead")
         from qcc.data import open_data
         from qcc.plugins import backend_for
         from qcc.pm.base import PassContext

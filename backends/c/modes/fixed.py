@@ -105,11 +105,55 @@ def _conv(lw: Lowering, node: Node) -> Step:
     ep, extra = _epilogue(lw, node)
     if KC.is_depthwise(stored.shape, node.attrs["group"]):
         fn = KC.depthwise(lw.kernels, cx, cw, cy, ep, "fixed", taps, n)
-        weights = lw.const(w, node)
     else:
         fn = KC.conv_fixed(lw.kernels, cx, cw, cy, ep, taps, n)
-        weights = lw.const(w, node)
-    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, rescale, *extra))])
+    unpack, weights = _weights4(lw, w, stored, f"qcc_w_{node.name}", w.name) if _is4(w) else ([], lw.const(w, node))
+    return Step(node, [*unpack, Call(fn, (Ptr(x), weights, bias, Ptr(y), params, rescale, *extra))])
+
+
+def _is4(w: Value) -> bool:
+    fixed = fx.fixed_of(w)
+    return fixed is not None and fixed.bits == 4
+
+
+def _weights4(lw: Lowering, w: Value, data: np.ndarray, base: str, comment: str) -> tuple[list[Call], str]:
+    """fixed4's weights as the kernel reads them (int8), and, stored two a byte (lw.pack4), the
+    call that unpacks them into the arena's tail first."""
+    ctype, count = lw.ctype(w), int(data.size)
+    if not lw.pack4:
+        lw.weights4.append((w.type.numel(), count))
+        return [], lw.array(data, ctype, base, f"{comment}: 4-bit weights, one a byte")
+    packed = pack4(data)
+    lw.weights4.append((w.type.numel(), int(packed.size)))
+    array = lw.array(packed, ctype, base, f"{comment}: {count} 4-bit weights, two a byte, low nibble first")
+    target = lw.unpacked(count)
+    return [Call(_unpack4(lw.kernels), (array, target, str(count)))], target
+
+
+def pack4(q: np.ndarray) -> np.ndarray:
+    """Values -8..7, two a byte (the first in the low nibble), as the int8 the C array holds."""
+    flat = np.asarray(q, np.int64).reshape(-1)
+    if flat.size % 2:
+        flat = np.append(flat, 0)
+    byte = (flat[0::2] & 15) | ((flat[1::2] & 15) << 4)
+    return np.where(byte >= 128, byte - 256, byte)
+
+
+def _unpack4(ks: KernelSet) -> str:
+    return ks.kernel("qcc_unpack4", lambda: """
+/* 4-bit weights stored two a byte, low nibble first, sign-extended into int8 (n values). */
+static void qcc_unpack4(const int8_t *restrict p, int8_t *restrict w, long n)
+{
+    for (long j = 0; j < n / 2; ++j) {
+        const unsigned b = (uint8_t)p[j];
+        w[2 * j] = (int8_t)((int)((b & 15u) ^ 8u) - 8);
+        w[2 * j + 1] = (int8_t)((int)((b >> 4) ^ 8u) - 8);
+    }
+    if (n % 2) {
+        w[n - 1] = (int8_t)((int)(((uint8_t)p[n / 2] & 15u) ^ 8u) - 8);
+    }
+}
+""")
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
@@ -121,13 +165,14 @@ def _dense(lw: Lowering, node: Node) -> Step:
     if w.const is None:
         raise lw.unsupported(node, "weights must be constant")
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    weights = lw.array(KC.pack_dense_weights(fx.quantize_param(w)), cw, f"qcc_w_{node.name}",
-                       f"{w.name} packed in blocks of {KC.OB} columns")
+    data, base, comment = KC.pack_dense_weights(fx.quantize_param(w)), f"qcc_w_{node.name}", \
+        f"{w.name} packed in blocks of {KC.OB} columns"
+    unpack, weights = _weights4(lw, w, data, base, comment) if _is4(w) else ([], lw.array(data, cw, base, comment))
     rescale = shift(lw, node, frac(x) + frac(w) - frac(y))
     bias = _bias(lw, node, b, cy)
     ep, extra = _epilogue(lw, node)
     fn = KC.dense(lw.kernels, cx, cw, cy, ep, "fixed")
-    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), *dims, rescale, *extra))])
+    return Step(node, [*unpack, Call(fn, (Ptr(x), weights, bias, Ptr(y), *dims, rescale, *extra))])
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

@@ -17,6 +17,7 @@ from qcc.backends.c import BACKEND as C_BACKEND
 from qcc.backends.c import generate
 
 from qcc.driver import compile as qcc_compile
+from qcc.errors import UsageError
 from qcc.ir.core import Model
 from qcc.ir.types import FixedPoint
 from qcc.settings_template import write_settings
@@ -159,7 +160,7 @@ def test_cli_fixed4_and_settings_refusal(tmp_path: Path) -> None:
                str(DIGITS / "calib.npz"), "--rounding", "nearest")
     assert proc.returncode == 0, proc.stderr
     assert out.exists()
-    with pytest.raises(Exception, match="settings.yaml has no 4-bit type"):
+    with pytest.raises(UsageError, match="no 4-bit type"):
         write_settings(str(tmp_path / "m.nnp"), str(tmp_path / "s.yaml"), calib=str(DIGITS / "calib.npz"),
                        quantize="fixed4")
     proc = qcc("settings", str(tmp_path / "m.nnp"), "-o", str(tmp_path / "s.yaml"), "--calib",

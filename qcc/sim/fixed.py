@@ -185,7 +185,7 @@ def dedicated_problem(node: Node) -> str | None:
         weight = node.inputs[index] if index is not None and index < len(node.inputs) else None
         narrow = [v is weight and v.is_const for v in ins[:count]] + [False] * len(node.outputs)
         if any(f.bits not in (8, 16) and not (ok and f.bits == 4) for f, ok in zip(operands, narrow) if f is not None):
-            return "fixed point other than 8 or 16 bits (or a 4-bit constant weight)"
+            return "fixed point other than 8 or 16 bits (4 only for a constant weight)"
         if node.op in SAME_BITS_OPS and len({fixed_container_bits(f.bits) for f in operands if f is not None}) > 1:
             return "operands of different bit widths"
         return None

@@ -295,7 +295,7 @@ def fixed4_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> lis
             want = FixedRunner(model).run({model.graph.inputs[0].name: x})[model.graph.outputs[0].name]
             exact = np.array_equal(got.view(np.uint32), want.reshape(len(x), -1).view(np.uint32))
             text, _ = object_bytes(c_dir, "f4c")
-            arena = int((c_dir / "f4c.h").read_text().split("F4C_ARENA_SIZE ")[1].split()[0])
+            arena = int((c_dir / "f4c.h").read_text().split("#define F4C_ARENA_SIZE ")[1].split()[0])
             label = f"{scheme} ({'weights two a byte' if layout == 'packed' else 'weights int8'})" \
                 if scheme == "fixed4" else scheme
             lines.append(row([name, label, rounding, top1, sqnr, seconds, f"yes ({len(files.x)} images)",

@@ -167,3 +167,32 @@ def test_cli_fixed4_and_settings_refusal(tmp_path: Path) -> None:
                str(DIGITS / "calib.npz"), "--quantize", "fixed4")
     assert proc.returncode == 2 and "no 4-bit type" in one_error_line(proc)
     assert not (tmp_path / "s.yaml").exists()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_c_unpacks_odd_counts_depthwise_and_grouped_weights(tmp_path: Path) -> None:
+    from qcc.ir.core import Graph
+    from qcc.ir.types import TensorType
+    from tests.fixed_models import annotate_fixed
+    from tests.test_backend_c import build, outputs_of, run_c
+
+    rng = np.random.default_rng(4)
+    g = Graph("odd")
+    x = g.add_input("x", TensorType("float32", ("N", 3, 7, 7)))
+
+    def const(name: str, *shape: int) -> Any:
+        return g.add_constant(name, (rng.standard_normal(shape) * 0.5).astype(np.float32))
+
+    c = g.add("Conv", x, const("w1", 5, 3, 3, 3), const("b1", 5), name="conv", pads=[1, 1, 1, 1])  # 135 weights
+    r = g.add("Relu", c, name="relu")
+    dw = g.add("Conv", r, const("w2", 5, 1, 3, 3), name="depthwise", group=5, pads=[1, 1, 1, 1])  # 45
+    gc = g.add("Conv", dw, const("w3", 4, 5, 1, 1), name="conv2")  # 20
+    fl = g.add("Flatten", g.add("GlobalAvgPool", gc, name="gap"), name="flatten")
+    g.outputs = [g.add("Dense", fl, const("wfc", 4, 7), const("bfc", 7), name="fc")]
+    model = annotate_fixed(Model(g), {"x": rng.standard_normal((8, 3, 7, 7)).astype(np.float32)}, 8, 4, seed=1)
+    assert all(n.input(1).quant.bits == 4 for n in _layers(model))  # type: ignore[union-attr]
+    exe = build(model, tmp_path / "odd4")
+    feeds = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
+    got = run_c(exe, feeds, 7)
+    assert np.array_equal(got.view(np.uint32), outputs_of(model, {"x": feeds}, fixed=True).view(np.uint32))
+    assert (tmp_path / "odd4" / "odd4.c").read_text().count("qcc_unpack4(") == 1 + 4  # the kernel, one call a layer

@@ -119,8 +119,9 @@ def test_c_packs_4bit_weights_two_a_byte_bit_exact(nnb4: dict[str, Any], tmp_pat
                                                                         ("int8", wide.notes[0]))}
     assert stored["packed"] * 2 <= stored["int8"] + 7  # odd-sized layers pad one nibble each
     largest = max(n.input(1).const.size for n in _layers(model))
-    assert packed.arena_bytes >= wide.arena_bytes + largest
-    exe = build(model, tmp_path / "digits4")  # default options: packed; with ASan/UBSan
+    assert largest > 2048  # conv5 runs in slices of output channels: at most unpack_bytes (2048) more arena
+    assert wide.arena_bytes < packed.arena_bytes <= wide.arena_bytes + 2048
+    exe = build(model, tmp_path / "digits4", sanitize=False)  # default options: packed (ASan: the test below)
     got = run_c(exe, X, 10)
     want = outputs_of(model, {"x": X}, fixed=True)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -169,12 +170,28 @@ def test_cli_fixed4_and_settings_refusal(tmp_path: Path) -> None:
     assert not (tmp_path / "s.yaml").exists()
 
 
+def _build(model: Model, directory: Path, **options: Any) -> Path:
+    """test_backend_c.build with target options: the batch harness, strict flags, ASan/UBSan."""
+    import subprocess
+
+    from tests.test_backend_c import HARNESS, SANITIZE, STRICT
+
+    C_BACKEND.write(model, directory, C_BACKEND.make_options(**options))
+    name = directory.name
+    (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
+    exe = directory / "harness"
+    proc = subprocess.run(["gcc", *STRICT, *SANITIZE, "-o", str(exe), str(directory / "harness.c"),
+                           str(directory / f"{name}.c"), "-lm"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return exe
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_c_unpacks_odd_counts_depthwise_and_grouped_weights(tmp_path: Path) -> None:
+def test_c_unpacks_odd_counts_and_slices_of_channels_and_groups(tmp_path: Path) -> None:
     from qcc.ir.core import Graph
     from qcc.ir.types import TensorType
     from tests.fixed_models import annotate_fixed
-    from tests.test_backend_c import build, outputs_of, run_c
+    from tests.test_backend_c import outputs_of, run_c
 
     rng = np.random.default_rng(4)
     g = Graph("odd")
@@ -187,12 +204,16 @@ def test_c_unpacks_odd_counts_depthwise_and_grouped_weights(tmp_path: Path) -> N
     r = g.add("Relu", c, name="relu")
     dw = g.add("Conv", r, const("w2", 5, 1, 3, 3), name="depthwise", group=5, pads=[1, 1, 1, 1])  # 45
     gc = g.add("Conv", dw, const("w3", 4, 5, 1, 1), name="conv2")  # 20
-    fl = g.add("Flatten", g.add("GlobalAvgPool", gc, name="gap"), name="flatten")
-    g.outputs = [g.add("Dense", fl, const("wfc", 4, 7), const("bfc", 7), name="fc")]
+    grouped = g.add("Conv", gc, const("w4", 6, 2, 3, 3), name="grouped", group=2, pads=[0, 1, 0, 1])  # 108
+    fl = g.add("Flatten", g.add("GlobalAvgPool", grouped, name="gap"), name="flatten")
+    g.outputs = [g.add("Dense", fl, const("wfc", 6, 7), const("bfc", 7), name="fc")]
     model = annotate_fixed(Model(g), {"x": rng.standard_normal((8, 3, 7, 7)).astype(np.float32)}, 8, 4, seed=1)
     assert all(n.input(1).quant.bits == 4 for n in _layers(model))  # type: ignore[union-attr]
-    exe = build(model, tmp_path / "odd4")
+    exe = _build(model, tmp_path / "odd4", unpack_bytes=16)
     feeds = rng.standard_normal((16, 3, 7, 7)).astype(np.float32)
     got = run_c(exe, feeds, 7)
     assert np.array_equal(got.view(np.uint32), outputs_of(model, {"x": feeds}, fixed=True).view(np.uint32))
-    assert (tmp_path / "odd4" / "odd4.c").read_text().count("qcc_unpack4(") == 1 + 4  # the kernel, one call a layer
+    calls = (tmp_path / "odd4" / "odd4.c").read_text().count("qcc_unpack4(") - 1  # less the kernel
+    # 16 bytes: conv 1 channel (27 weights) a slice, depthwise 1 group, conv2 3 channels, grouped 1 group
+    # (3 channels), fc one block of columns
+    assert calls == 5 + 5 + 2 + 2 + 1

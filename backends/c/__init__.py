@@ -32,8 +32,12 @@ class COptions:
         default="portable", metadata={"help": "affine int8 dot products: portable (int16 products, pmaddwd/SMLAD) "
                                       "or dot8 (uint8 x int8, for CPUs with VNNI / Arm DOTPROD)"})
     weights4: Literal["packed", "int8"] = attrs.field(
-        default="packed", metadata={"help": "fixed4's 4-bit weights: two a byte (half the flash; the arena grows "
-                                    "by the largest layer's weights, unpacked there before it runs) or int8"})
+        default="packed", metadata={"help": "fixed4's 4-bit weights: two a byte (half the flash, unpacked into the "
+                                    "arena's end before use) or int8"})
+    unpack_bytes: int = attrs.field(
+        default=2048, validator=attrs.validators.ge(1),
+        metadata={"help": "weights4=packed: most weights unpacked at once (a layer runs in slices of output "
+                  "channels; at least one channel or group)"})
 
 
 class CBackend(Backend):
@@ -82,7 +86,7 @@ class CBackend(Backend):
         target = Path(out)
         check_generated_names(str(target), self.file_names(target, options))
         generated = generate(model, options.name or target.name or "model", isa=options.isa,
-                             weights4=options.weights4)
+                             weights4=options.weights4, unpack_bytes=options.unpack_bytes)
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)

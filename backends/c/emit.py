@@ -50,16 +50,19 @@ def file_names(name: str) -> list[str]:
     return [f"{ident}.h", f"{ident}.c", "main.c", "Makefile", "main.o", f"{ident}.o", "model", MARKER]
 
 
-def generate(model: Model, name: str, isa: str = "portable", weights4: str = "packed") -> Generated:
+def generate(model: Model, name: str, isa: str = "portable", weights4: str = "packed",
+             unpack_bytes: int = 2048) -> Generated:
     """All sources for one model; raises UnsupportedError before producing anything partial.
 
     `isa` "dot8" writes the affine dot products as uint8 x int8 (one vpdpbusd / SDOT per four
     products where the CPU has one); without such an instruction compilers widen both operands
     per product, so the portable default keeps int16 products of inputs widened once. `weights4`
-    "packed" stores 4-bit weights two a byte, unpacked into the arena's tail before their layer
-    runs; "int8" stores one a byte."""
+    "packed" stores 4-bit weights two a byte, unpacked into the arena's tail (at most
+    `unpack_bytes` of them, a slice of a layer's output channels, at a time) before they are used;
+    "int8" stores one a byte."""
     ident = c_identifier(name).lower()
-    lw = Lowering(model, numeric_mode(model), dot8=isa == "dot8", pack4=weights4 == "packed")
+    lw = Lowering(model, numeric_mode(model), dot8=isa == "dot8", pack4=weights4 == "packed",
+                  unpack_limit=unpack_bytes)
     stored = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
     align = max(lw.ctype(v).size for v in stored) if stored else 4
 
@@ -91,10 +94,10 @@ def _weights4_notes(lw: Lowering) -> tuple[str, ...]:
     count, stored = sum(c for c, _ in lw.weights4), sum(b for _, b in lw.weights4)
     if lw.pack4:
         return (f"{count} 4-bit weights of {len(lw.weights4)} layers stored two a byte ({stored} bytes; int8 "
-                f"would take {count}); each layer's are unpacked into {lw.unpack_bytes} bytes at the arena's end "
-                "before it runs",)
+                f"would take {count}); unpacked {lw.unpack_bytes} bytes at most at a time (option unpack_bytes: a "
+                "slice of a layer's output channels) at the arena's end before they are used",)
     return (f"{count} 4-bit weights of {len(lw.weights4)} layers stored one a byte as int8 ({stored} bytes; "
-            "option weights4=packed halves that, for an arena larger by the largest layer's weights)",)
+            "option weights4=packed halves that, for an arena larger by up to unpack_bytes)",)
 
 
 def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value], int]) -> list[str]:
@@ -103,6 +106,8 @@ def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value],
     def resolve(arg: Arg, node: Node | None) -> str:
         if isinstance(arg, str):
             return arg
+        if arg.plus:
+            return f"({resolve(Ptr(arg.value), node)} + {arg.plus})"
         value = arg.value
         target = redirect.get(id(value))
         if target is not None:

@@ -279,6 +279,7 @@ def fixed4_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> lis
              "| net | scheme | rounding | top-1 (qcc sim) | logits SQNR (dB) | compile (s) | .nnb emulation == sim | "
              "C (gcc) == sim | C object text (B) | C arena (B) |",
              "|---|---|---|---:|---:|---:|---|---|---:|---:|"]
+    packed_models = {}
     for name, files in nets.items():
         reference = float_reference(files)
         lines.append(row([name, "float", "-", ort_quant.top1(reference, files.labels), "-", "-", "-", "-", "-", "-"]))
@@ -300,6 +301,17 @@ def fixed4_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> lis
                 if scheme == "fixed4" else scheme
             lines.append(row([name, label, rounding, top1, sqnr, seconds, f"yes ({len(files.x)} images)",
                               f"{'yes' if exact else 'NO'} ({len(x)} images)", text, arena]))
+            packed_models[name] = model
+    lines += ["", "C option `unpack_bytes` (fixed4 learned, weights two a byte): most weights unpacked at once", "",
+              "| net | unpack_bytes | unpack calls | C object text (B) | C arena (B) |", "|---|---:|---:|---:|---:|"]
+    for name, model in packed_models.items():
+        for limit in (512, 2048, 4096, 1 << 30):
+            c_dir = work / "f4c"
+            C_BACKEND.write(model, c_dir, C_BACKEND.make_options(unpack_bytes=limit))
+            calls = (c_dir / "f4c.c").read_text().count("qcc_unpack4(") - 1
+            text, _ = object_bytes(c_dir, "f4c")
+            arena = int((c_dir / "f4c.h").read_text().split("#define F4C_ARENA_SIZE ")[1].split()[0])
+            lines.append(row([name, "whole layers" if limit == 1 << 30 else limit, calls, text, arena]))
     return lines
 
 

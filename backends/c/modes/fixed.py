@@ -5,7 +5,9 @@ Ops with an integer kernel in the simulator (`fx.dedicated_problem` is None) get
 kernel; LeakyRelu, Clip, Sigmoid, Tanh, HardSwish, PRelu, Relu of mixed widths, Softmax and
 BatchNorm compute in float32 between the runtime's getter and setter; nearest Resize, DepthToSpace,
 SpaceToDepth, Slice and Split move stored values; every other op the float mode lowers has no
-bit-exact fixed-point kernel and is refused.
+bit-exact fixed-point kernel and is refused. fixed4's 4-bit Conv/Dense weights run on the 8-bit
+kernels; stored two a byte (option weights4=packed), each layer unpacks them, a slice of output
+channels at a time, into the arena's end (`Lowering.unpacked`) and runs its kernel per slice.
 """
 
 from __future__ import annotations

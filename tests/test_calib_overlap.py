@@ -87,3 +87,20 @@ def test_background_observer_keeps_the_call_order_and_the_first_error() -> None:
         background(value, np.array([7]))
         background.drain()
         assert seen == [0, 1, 2, -1, 7]
+
+
+def test_a_cluster_job_leaves_its_weights_out_by_content() -> None:
+    """What `qcc.pm.cluster` ships: the job without its large arrays, which come back (read-only)
+    on the worker; equal contents share one key, a changed weight gets another (never stale)."""
+    from qcc.pm.cluster import SHARED_BYTES, content_key, pickled_job, run_job
+
+    big = np.arange(SHARED_BYTES // 4, dtype=np.float32)
+    small = np.ones(4, np.float32)
+    blob, arrays = pickled_job((lambda xs: [float(x.sum()) for x in xs], [big, big.copy(), small]))
+    assert list(arrays) == [content_key(big)] and len(blob) < SHARED_BYTES // 4
+    changed = big.copy()
+    changed[-1] += 1
+    assert content_key(changed) != content_key(big)
+    shipped = {k: v.copy() for k, v in arrays.items()}
+    assert run_job(blob, shipped) == [float(big.sum())] * 2 + [4.0]
+    assert not next(iter(shipped.values())).flags.writeable

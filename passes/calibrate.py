@@ -2,8 +2,8 @@
 
 Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
 runs through the reference interpreter, an observer folds every float activation into a
-fixed-size `TensorStats` (qcc.quant.stats) and the interpreter frees the batch's tensors as it
-goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
+fixed-size `TensorStats` (qcc.quant.stats), on its own thread while the next activation is
+computed, and the interpreter frees the batch's tensors as it goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
 `Calibration` that merges exactly with another one (other batches, other workers), valid until a
 pass changes the graph without preserving it (statistics of a graph that fold-bn has since
 changed are never used).
@@ -134,7 +134,8 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
-    (same tensors by name, one batch of outputs alive at a time). `rebatch`: a model whose batch
+    (same tensors by name; one batch's outputs binned while the next batch runs: two alive at
+    most). Either way the binning runs on a thread of its own (qcc.sim.background). `rebatch`: a model whose batch
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
     bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).

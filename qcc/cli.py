@@ -7,7 +7,9 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -349,11 +351,59 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = _watch_interrupts()
     try:
         return _main(argv)
-    except KeyboardInterrupt:  # ^C outside a command (parsing, imports) is still exit 130, no traceback
-        print("qcc: interrupted", file=sys.stderr)
-        return 130
+    except Exception as exc:  # ^C outside a command (parsing, imports) is still exit 130, no traceback
+        if _interrupted(exc):
+            return _report_interrupt()
+        raise
+    except KeyboardInterrupt:
+        return _report_interrupt()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+_SIGINT_SEEN = False
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _SIGINT_SEEN
+    _SIGINT_SEEN = True
+    raise KeyboardInterrupt
+
+
+def _watch_interrupts() -> Any:
+    """Python's own ^C behaviour, remembered: C code that a SIGINT cuts short may turn the
+    KeyboardInterrupt into its own error (numpy: "invalid shape in fixed-type tuple")."""
+    global _SIGINT_SEEN
+    _SIGINT_SEEN = False
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None
+    return signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ^C caused this error: a SIGINT inside an import surfaces as the importer's ImportError
+    (numpy's "you should not try to import numpy from its source directory"), the interrupt in its
+    chain, or as an error of the C code it cut short."""
+    if _SIGINT_SEEN:
+        return True
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def _report_interrupt() -> int:
+    print("qcc: interrupted", file=sys.stderr)
+    return 130
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -393,12 +443,13 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(handlers[args.command](args))
     except QccError as exc:
+        if _interrupted(exc):  # e.g. "install onnx" from an import that ^C cut short
+            return _report_interrupt()
         if args.debug:
             traceback.print_exc()
         return _report(exc)
     except KeyboardInterrupt:
-        print("qcc: interrupted", file=sys.stderr)
-        return 130
+        return _report_interrupt()
     except BrokenPipeError:  # `qcc passes | head`: the reader left; not an error worth a message
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
@@ -410,6 +461,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # the file system refused a write that no writer turned into an OutputError itself
         return _report(OutputError(f"{exc.filename or 'output'}: {exc.strerror or exc}"))
     except Exception as exc:
+        if _interrupted(exc):
+            return _report_interrupt()
         if args.debug:
             traceback.print_exc()
         return _report(InternalError(f"{type(exc).__name__}: {exc} (run with --debug for a stack trace)"))

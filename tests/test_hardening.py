@@ -64,7 +64,8 @@ def _cap(address_space: int | None) -> Callable[[], None]:
 # mark), and pytest holds torch & co.; so the child reports its own VmHWM, which exec resets.
 _PEAK_TRAMPOLINE = """
 import atexit, runpy, sys
-open(sys.argv[1] + '.started', 'w').close()  # the interpreter is up: qcc's own start-up begins
+import qcc.cli  # before qcc's entry function, a ^C is Python's own (a traceback, killed by SIGINT), as for any console script
+open(sys.argv[1] + '.started', 'w').close()  # qcc's own start-up begins: parsing, importing numpy/onnx
 def _peak(path=sys.argv[1]):
     for line in open('/proc/self/status'):
         if line.startswith('VmHWM'):
@@ -456,6 +457,36 @@ def test_sigint_exits_130_without_partial_output(big_model: Path, big_timeline: 
         assert run.returncode == 130, (moment, run.stderr[-2000:])
         assert run.error_lines[-1] == "qcc: interrupted" and "Traceback" not in run.stderr
         assert os.listdir(tmp_path) == [], moment  # no output, no temporary
+
+
+def _import_cut_by_interrupt(*args: object) -> None:
+    """What a SIGINT inside `import numpy` raises: numpy's ImportError, the KeyboardInterrupt in its chain."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        raise ImportError("Error importing numpy: you should not try to import numpy from its source directory") from exc
+
+
+def _c_code_cut_by_interrupt(*args: object) -> None:
+    """C code that a SIGINT cuts short may clear the KeyboardInterrupt and raise its own error."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        pass
+    raise ValueError("invalid shape in fixed-type tuple.")
+
+
+@pytest.mark.parametrize("where, cut", [("_parser", _import_cut_by_interrupt), ("_cmd_targets", _import_cut_by_interrupt),
+                                        ("_cmd_targets", _c_code_cut_by_interrupt)])
+def test_interrupt_inside_an_import_exits_130(where: str, cut: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Seen on a loaded machine: ^C while numpy was imported gave exit 1 and a traceback, or exit 70."""
+    import qcc.cli as cli
+
+    monkeypatch.setattr(cli, where, cut)
+    assert cli.main(["targets"]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "qcc: interrupted"
 
 
 def test_stale_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path: Path) -> None:

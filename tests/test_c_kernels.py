@@ -34,10 +34,13 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
-TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4")
+TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4", "-DQCC_K4=8",
+        "-DQCC_OS4=16")
 """Tiles so small that every panel is split, every superblock and k-block has a remainder, the
 uint8 column band covers a row in chunks (long_sum: 8 of 13 positions) or not at all (the other
-layers gather their taps) and the pooling row buffers fall back to their window walks."""
+layers gather their taps), the pooling row buffers fall back to their window walks and isa=dot8's
+broadcast tiles split their taps (QCC_K4=8: a tap's input channels across panels) and keep 16 output
+channels at a time."""
 SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 
@@ -149,9 +152,13 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     text = source.read_text()
     if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
         u8 = isa == "dot8" and "asym" not in mode
-        dot, band = ("qcc_dot_u8_", "qcc_cband_") if u8 else ("qcc_dot_i16_", "qcc_band_")
-        assert dot in text and band in text and ("qcc_dot_u8_" in text) == u8 and "qcc_packr_" in text and "qcc_dwconv_" in text
-        assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
+        if u8:  # convolutions on the broadcast tiles (intrinsics or C per FLAGS), Dense on a dot product
+            assert "qcc_conv4_" in text and "qcc_dot4_u8_i8" in text and "qcc_dot_u8_" in text
+            assert "qcc_convf_" not in text and "qcc_dwconv_" in text
+        else:
+            assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_conv4_" not in text
+            assert "qcc_packr_" in text and "qcc_dwconv_" in text
+            assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
         assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
@@ -169,6 +176,29 @@ def test_tiles_inside_wide_rows_are_bit_exact(tmp_path: Path, flags: str) -> Non
     model = affine(kernel_model(37), {"x": rng.standard_normal((8, 6, 11, 37)).astype(np.float32)}, "int8")
     exe = build(model, tmp_path / "w", FLAGS[flags])
     assert "qcc_convf_" in (tmp_path / "w" / "w.c").read_text()
+    x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
+    want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
+    assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
+
+
+DOT8_BUILDS = {"c-loop": ("-O3",), "c-loop-vnni-flags": (*VNNI, "-DQCC_NO_INTRINSICS"), "intrinsics": VNNI,
+               "intrinsics-tiny-sanitized": (*SANITIZE, *TINY, *VNNI[1:])}
+"""isa=dot8's broadcast tiles: the portable C loop (with and without the VNNI instruction set
+allowed) and the vpdpbusd intrinsics (also with tiny panels, sanitized)."""
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("variant", list(DOT8_BUILDS))
+def test_dot8_tiles_are_bit_exact_with_and_without_intrinsics(tmp_path: Path, variant: str, dtype: str) -> None:
+    """Integer sums, exact in any order: the intrinsics and the C loop give the simulator's bits; rows
+    wider than a tile (37) and maps that cross rows (the strided layers), input channels padded to 4."""
+    if "vnni" in variant or "intrinsics" in variant:
+        needs_flags("vnni")
+    rng = np.random.default_rng(19)
+    model = affine(kernel_model(37), {"x": rng.standard_normal((8, 6, 11, 37)).astype(np.float32)}, dtype)
+    exe = build(model, tmp_path / "d", DOT8_BUILDS[variant], "dot8")
+    text = (tmp_path / "d" / "d.c").read_text()
+    assert text.count("static void qcc_conv4_") >= 1 and "_mm512_dpbusd_epi32" in text and "qcc_convf_" not in text
     x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
     want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
     assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))

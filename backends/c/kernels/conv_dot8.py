@@ -100,22 +100,26 @@ static void {name}(const uint8_t *restrict panel, const int8_t *restrict w, long
 def _pack(ks: KernelSet, x: CType) -> str:
     name = f"qcc_pack4_{x.suffix}"
     off = f"(-({x.lo}))"
+
+    def interleave(src: str) -> str:
+        return "".join(f"dst[q * 4 + {t}] = (uint8_t)((int32_t){src.format(t=t)} + {off});\n" for t in range(4))
+
     return ks.kernel(name, lambda: f"""
 /* panel[(k - k0) / 4][q][k % 4] = x - lo at tap k (k0 <= k < k0 + kc, k = (ky * kw + kx) * cg4 + input
    channel; k0 and kc multiples of 4) of the tile's output position q (< 16; iy0/ix0: its window's
    corner, far outside for positions past the map): zx - lo outside the input, and for the channels
-   past cg (their weights are 0). Per tap, the positions that read consecutive inputs form segments
-   (a row inside a 16-position tile: one, its edges clipped); a tap whose 16 positions are one
-   segment is read in place, the others are copied segment by segment into rows preset to zx. */
+   past cg (their weights are 0). A tile inside one output row with stride 1 along x (`row`) reads
+   each tap's 16 inputs consecutively: in place when they are all inside, else one clipped run
+   copied into a row preset to zx; other tiles gather through offsets and a mask. */
 static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qcc_conv_t *restrict p,
-    const int *restrict iy0, const int *restrict ix0, long k0, long kc, int32_t zx)
+    const int *restrict iy0, const int *restrict ix0, int row, long k0, long kc, int32_t zx)
 {{
     const int cg = p->c / p->group;
     const int cg4 = (cg + 3) / 4 * 4;
     const long hw = (long)p->h * p->w;
     {x.name} rows[4][16];
-    int sq0[16], sq1[16];
-    long soff[16];
+    long off[16];
+    int32_t mask[16];
     long k = k0;
     int q;
     while (k < k0 + kc) {{
@@ -124,43 +128,53 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
         const int dx = tap % p->kw * p->dw;
         const int end = k0 + kc - k < cg4 - k % cg4 ? (int)(k % cg4 + k0 + kc - k) : cg4;
         uint8_t *restrict dst = panel + (k - k0) * 16;
-        int nseg = 0, ic, t, s;
-        for (q = 0; q < 16; ++q) {{
-            const int iy = iy0[q] + dy;
-            const int ix = ix0[q] + dx;
-            if (iy >= 0 && iy < p->h && ix >= 0 && ix < p->w) {{
-                const long at = (long)iy * p->w + ix;
-                if (nseg > 0 && sq1[nseg - 1] == q && soff[nseg - 1] + (q - sq0[nseg - 1]) == at) {{
-                    sq1[nseg - 1] = q + 1;
-                }} else {{
-                    sq0[nseg] = q;
-                    sq1[nseg] = q + 1;
-                    soff[nseg] = at;
-                    ++nseg;
-                }}
+        int lo = 0, hi = 0, ic, t;
+        long base = 0;
+        if (row) {{ /* inputs base + lo .. base + hi - 1 are the positions lo .. hi - 1 */
+            const int iy = iy0[0] + dy;
+            const int ix = ix0[0] + dx;
+            if (iy >= 0 && iy < p->h) {{
+                lo = ix >= 0 ? 0 : (-ix < 16 ? -ix : 16);
+                hi = p->w - ix < 16 ? (p->w - ix > lo ? p->w - ix : lo) : 16;
+                base = (long)iy * p->w + ix;
+            }}
+        }} else {{
+            for (q = 0; q < 16; ++q) {{
+                const int iy = iy0[q] + dy;
+                const int ix = ix0[q] + dx;
+                const int inside = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+                off[q] = inside ? (long)iy * p->w + ix : 0;
+                mask[q] = inside ? -1 : 0;
             }}
         }}
         for (ic = (int)(k % cg4); ic < end; ic += 4, dst += 64) {{
-            const {x.name} *restrict r[4];
-            for (t = 0; t < 4; ++t) {{
-                if (nseg == 1 && sq0[0] == 0 && sq1[0] == 16 && ic + t < cg) {{
-                    r[t] = x + (long)(ic + t) * hw + soff[0];
-                    continue;
-                }}
+            if (row && lo == 0 && hi == 16 && ic + 4 <= cg) {{
+                const {x.name} *restrict x0 = x + (long)ic * hw + base;
+                const {x.name} *restrict x1 = x0 + hw;
+                const {x.name} *restrict x2 = x1 + hw;
+                const {x.name} *restrict x3 = x2 + hw;
                 for (q = 0; q < 16; ++q) {{
-                    rows[t][q] = ({x.name})zx;
+{_indent(interleave("x{t}[q]"), 20)}                }}
+                continue;
+            }}
+            for (t = 0; t < 4; ++t) {{
+                const {x.name} *restrict xc = x + (long)(ic + t < cg ? ic + t : 0) * hw;
+                if (row) {{
+                    for (q = 0; q < 16; ++q) {{
+                        rows[t][q] = ({x.name})zx;
+                    }}
+                    if (ic + t < cg && hi > lo) {{
+                        memcpy(rows[t] + lo, xc + base + lo, (size_t)(hi - lo));
+                    }}
+                }} else {{
+                    const int32_t keep = ic + t < cg ? -1 : 0;
+                    for (q = 0; q < 16; ++q) {{
+                        rows[t][q] = ({x.name})((((int32_t)xc[off[q]] - zx) & mask[q] & keep) + zx);
+                    }}
                 }}
-                for (s = 0; s < nseg && ic + t < cg; ++s) {{
-                    memcpy(rows[t] + sq0[s], x + (long)(ic + t) * hw + soff[s], (size_t)(sq1[s] - sq0[s]));
-                }}
-                r[t] = rows[t];
             }}
             for (q = 0; q < 16; ++q) {{
-                dst[q * 4 + 0] = (uint8_t)((int32_t)r[0][q] + {off});
-                dst[q * 4 + 1] = (uint8_t)((int32_t)r[1][q] + {off});
-                dst[q * 4 + 2] = (uint8_t)((int32_t)r[2][q] + {off});
-                dst[q * 4 + 3] = (uint8_t)((int32_t)r[3][q] + {off});
-            }}
+{_indent(interleave("rows[{t}][q]"), 16)}            }}
         }}
         k = (long)tap * cg4 + end;
     }}
@@ -200,7 +214,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
     uint8_t panel[16 * QCC_K4];
     int32_t part[QCC_OS4 * 16];
     int iy0[16], ix0[16];
-    int n, g, ob0, o, q;
+    int n, g, ob0, o, q, row;
     long p0, k0, j;
     for (n = 0; n < p->n; ++n) {{
         for (g = 0; g < p->group; ++g) {{
@@ -213,12 +227,13 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                         iy0[q] = q < pn ? (int)((p0 + q) / p->ow) * p->sh - p->ph : -(1 << 29);
                         ix0[q] = q < pn ? (int)((p0 + q) % p->ow) * p->sw - p->pw : -(1 << 29);
                     }}
+                    row = pn == 16 && p->sw == 1 && iy0[15] == iy0[0];
                     for (j = 0; j < (long)(nb + 15) / 16 * 256; ++j) {{
                         part[j] = 0;
                     }}
                     for (k0 = 0; k0 < kp; k0 += QCC_K4) {{
                         const long kc = kp - k0 < QCC_K4 ? kp - k0 : QCC_K4;
-                        {pack}(xg, panel, p, iy0, ix0, k0, kc, zx);
+                        {pack}(xg, panel, p, iy0, ix0, row, k0, kc, zx);
                         for (o = 0; o < nb; o += 16) {{
                             {dot}(panel, w + (((long)g * blocks + (ob0 + o) / 16) * kp + k0) * 16, kc / 4, part + o * 16);
                         }}

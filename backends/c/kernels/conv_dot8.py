@@ -17,6 +17,7 @@ packed for QCC_K4 taps at a time from the input (contiguous 16-position rows cop
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 from qcc.backends.c.ctype import CType
 from qcc.backends.c.kernels.conv import Epilogue, _indent
@@ -45,6 +46,18 @@ def pack_dot8_weights(w: np.ndarray, group: int) -> np.ndarray:
 def uses_dot8_tiles(weights_shape: tuple[int, ...], out_positions: int) -> bool:
     """Maps of at least MIN_POSITIONS output positions (the tile's lanes are positions)."""
     return out_positions >= MIN_POSITIONS and len(weights_shape) == 4
+
+
+WIDE = "int32_t r = qcc_requant((int64_t)v + bo, mo, so,"
+
+
+def narrow_requant(ep: Epilogue) -> Epilogue:
+    """The affine epilogue on 32-bit sums (`qcc_requant32`): the sum plus its bias fits int32 (the
+    affine mode's accumulator check), and the multipliers are positive."""
+    if not ep.element.startswith(WIDE):
+        return ep
+    return attrs.evolve(ep, element=ep.element.replace(WIDE, "int32_t r = qcc_requant32(v + bo, mo, so,", 1),
+                        helpers=(*ep.helpers, "requant32"))
 
 
 def _micro(ks: KernelSet) -> str:
@@ -189,6 +202,7 @@ def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
     fixed-length loop per output channel."""
     name = f"qcc_conv4_{x.suffix}_{y.suffix}{ep.suffix}"
     pack, dot = _pack(ks, x), _micro(ks)
+    ep = narrow_requant(ep)
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)

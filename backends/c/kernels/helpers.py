@@ -241,6 +241,19 @@ static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, 
     return r < lo ? lo : (r > hi ? hi : (int32_t)r);
 }
 """, ()),
+    "requant32": ("""
+/* qcc_requant of an accumulator that fits int32 (the sum with its bias: the affine mode refuses
+   layers whose sum could overflow) by a multiplier m >= 0: the product's sign is t's, and the
+   32 x 32 -> 64-bit product is one instruction where the 64 x 64 one is several (vpmuldq). */
+static int32_t qcc_requant32(int32_t t, int32_t m, int s, int32_t zp, int32_t lo, int32_t hi)
+{
+    const int64_t prod = (int64_t)t * m;
+    const uint64_t mag = t < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    const uint64_t q = (mag + (((uint64_t)1 << s) >> 1)) >> s;
+    const int64_t r = (t < 0 ? -(int64_t)q : (int64_t)q) + zp;
+    return r < lo ? lo : (r > hi ? hi : (int32_t)r);
+}
+""", ()),
     "quantize": ("""
 /* zp + v / scale rounded half to even, saturated to [lo, hi]; NaN gives zp. */
 static int32_t qcc_quantize(float v, float scale, int32_t zp, int32_t lo, int32_t hi)

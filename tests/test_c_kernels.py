@@ -9,8 +9,11 @@ oracles are qcc.sim.fixed / qcc.sim.affine_int (bit for bit) and a float64 convo
 
 from __future__ import annotations
 
+import platform
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +205,37 @@ def test_dot8_tiles_are_bit_exact_with_and_without_intrinsics(tmp_path: Path, va
     x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
     want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
     assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
+
+
+def dispatching_here() -> bool:
+    """gcc on x86-64 Linux with glibc: where the portable build's kernels are multi-versioned."""
+    return platform.machine() in ("x86_64", "AMD64") and sys.platform.startswith("linux") and \
+        platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8", "int8-dot8", "fixed8"])
+def test_dispatched_kernels_give_the_plain_builds_bytes(tmp_path: Path, mode: str) -> None:
+    """The portable build's float convolution kernels (and the int16 dot products: no AVX-512) exist in
+    AVX-512, AVX2 and baseline versions, the CPU's picked at load time; -DQCC_NO_DISPATCH builds the baseline alone. Same bytes either way: integer
+    sums are exact, and float multiply-adds are fused in neither (QCC_MADD follows the whole build)."""
+    rng = np.random.default_rng(23)
+    model = kernel_model()
+    calib = {"x": rng.standard_normal((8, 6, 11, 13)).astype(np.float32)}
+    if mode == "fixed8":
+        annotate_fixed(model, calib, 8, 8, jitter=1, seed=8)
+    elif mode != "float32":
+        model = affine(model, calib, "int8")
+    isa = "dot8" if mode.endswith("dot8") else "portable"
+    plain = build(model, tmp_path / "plain", ("-O3", "-DQCC_NO_DISPATCH"), isa)
+    dispatched = build(model, tmp_path / "disp", ("-O3",), isa)
+    assert re.search(r"^QCC_DISPATCH(256)? static void qcc_", (tmp_path / "disp" / "disp.c").read_text(), re.M)
+    if dispatching_here():
+        symbols = subprocess.run(["nm", str(dispatched)], capture_output=True, text=True).stdout
+        assert ".avx2" in symbols and ".avx2" not in subprocess.run(["nm", str(plain)], capture_output=True,
+                                                                      text=True).stdout
+    x = rng.standard_normal((3, 6, 11, 13)).astype(np.float32) * 1.5
+    got = run_c(dispatched, x, out_size(model))
+    assert np.array_equal(got.view(np.uint32), run_c(plain, x, out_size(model)).view(np.uint32))
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))

@@ -220,6 +220,24 @@ typedef struct {
 #define QCC_VECTOR_LOOP
 #endif
 """, ()),
+    "dispatch": ("""
+/* Function multi-versioning of the convolution kernels in builds for the baseline instruction set
+   (the Makefile's portable default): GCC (and clang >= 14) compile each for AVX-512, AVX2 and the
+   baseline, and the loader picks the CPU's (glibc's ifunc, once per process). Same arithmetic in
+   every version: integer kernels give the same bits; float kernels too, since QCC_MADD fuses only
+   where the whole build targets FMA (FP_FAST_FMAF) and -ffp-contract=off forbids it elsewhere.
+   Builds that already target AVX2 (ARCH_FLAGS), other compilers, systems or C libraries, and
+   -DQCC_NO_DISPATCH get the plain functions. QCC_DISPATCH256: no AVX-512 version (the int16 and
+   uint8 dot products, whose short sums lose on 512-bit vectors). */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && !defined(__AVX2__) \
+    && !defined(QCC_NO_DISPATCH) && (!defined(__clang__) || __clang_major__ >= 14)
+#define QCC_DISPATCH __attribute__((target_clones("avx512f", "avx2", "default")))
+#define QCC_DISPATCH256 __attribute__((target_clones("avx2", "default")))
+#else
+#define QCC_DISPATCH
+#define QCC_DISPATCH256
+#endif
+""", ()),
     "madd": ("""
 /* c + a * b, fused when the target has a fast fmaf (FP_FAST_FMAF, e.g. -march with FMA): float
    kernels only, whose results are compared with a tolerance, never bit for bit. */
@@ -302,7 +320,10 @@ class KernelSet:
         for helper in helpers:
             self.helper(helper)
         if name not in self.code:
-            self.code[name] = make()
+            code = make()
+            if "QCC_DISPATCH" in code:  # QCC_DISPATCH256 included
+                self.helper("dispatch")
+            self.code[name] = code
             self.kernels.add(name)
         return name
 

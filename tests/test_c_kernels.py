@@ -319,9 +319,8 @@ def test_residual_adds_are_computed_by_the_convolution(tmp_path: Path, flags: st
 
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
-    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
-    BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
-    are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
+    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (A
+    BatchNorm with a buffer of its own: test_kernels_write_concatenated_and_fused_values_in_place.)"""
     out = tmp_path / "d_f32"
     qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
@@ -397,10 +396,13 @@ def test_kernels_write_concatenated_and_fused_values_in_place(tmp_path: Path) ->
         want = flat_outputs(model, run_model(model, {"x": x}), len(x))
         assert np.max(np.abs(run_c(exe, x, out_size(model)) - want)) <= 1e-4 * np.max(np.abs(want))
     out = tmp_path / "d_f32"
-    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)  # plan-memory: BatchNorms own buffers
+    # plan-memory: a BatchNorm (trait inplace) over its convolution's dying output, so the fused kernel
+    # writes it where the plan put it, whatever buffer the convolution reads (bn1 was a copy before)
+    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
-    assert "bn2 (BatchNorm): computed by the kernel of conv2 into its own buffer" in body
-    assert "bn1 (BatchNorm): a copy" in body  # its buffer is the input conv1 reads
+    for k in (1, 2, 3):
+        assert f"bn{k} (BatchNorm): computed by the kernel of conv{k} */" in body
+    assert "a copy" not in body and "into its own buffer" not in body
     exe = build(digits, tmp_path / "d_san", FLAGS["tiny-sanitized"])
     xd = np.load(DIGITS / "test.npz")["x"][:20]
     want = flat_outputs(digits, run_model(digits, {"x": xd}), len(xd))

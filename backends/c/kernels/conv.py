@@ -448,9 +448,17 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                             const {v_t} v = ({v_t})part[o * QCC_OB + j];
 {_indent(ep.element, 28)}                            out[j] = r;
                         }}
-                        for (j = 0; j < pn; ++j) {{
-                            {v_t} r = out[j];
-{_indent(ep.post, 28)}                            yo[j] = ({y.name})r;
+                        if (pn == QCC_OB) {{ /* a whole tile: a fixed-length store, not a call to memcpy */
+                            QCC_VECTOR_LOOP
+                            for (j = 0; j < QCC_OB; ++j) {{
+                                {v_t} r = out[j];
+{_indent(ep.post, 32)}                                yo[j] = ({y.name})r;
+                            }}
+                        }} else {{
+                            for (j = 0; j < pn; ++j) {{
+                                {v_t} r = out[j];
+{_indent(ep.post, 32)}                                yo[j] = ({y.name})r;
+                            }}
                         }}
                     }}
                 }}

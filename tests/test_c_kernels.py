@@ -9,8 +9,11 @@ oracles are qcc.sim.fixed / qcc.sim.affine_int (bit for bit) and a float64 convo
 
 from __future__ import annotations
 
+import platform
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +37,13 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
-TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4")
+TINY = ("-DQCC_PB=2", "-DQCC_KC=16", "-DQCC_KCI=16", "-DQCC_OS=8", "-DQCC_BAND=600", "-DQCC_POOLW=4", "-DQCC_K4=8",
+        "-DQCC_OS4=16")
 """Tiles so small that every panel is split, every superblock and k-block has a remainder, the
 uint8 column band covers a row in chunks (long_sum: 8 of 13 positions) or not at all (the other
-layers gather their taps) and the pooling row buffers fall back to their window walks."""
+layers gather their taps), the pooling row buffers fall back to their window walks and isa=dot8's
+broadcast tiles split their taps (QCC_K4=8: a tap's input channels across panels) and keep 16 output
+channels at a time."""
 SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 
@@ -149,9 +155,13 @@ def test_every_kernel_path_is_bit_exact(tmp_path: Path, mode: str, flags: str) -
     text = source.read_text()
     if mode in AFFINE_MODES:  # the dot products, band and gathered, and rows
         u8 = isa == "dot8" and "asym" not in mode
-        dot, band = ("qcc_dot_u8_", "qcc_cband_") if u8 else ("qcc_dot_i16_", "qcc_band_")
-        assert dot in text and band in text and ("qcc_dot_u8_" in text) == u8 and "qcc_packr_" in text and "qcc_dwconv_" in text
-        assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
+        if u8:  # convolutions on the broadcast tiles (intrinsics or C per FLAGS), Dense on a dot product
+            assert "qcc_conv4_" in text and "qcc_dot4_u8_i8" in text and "qcc_dot_u8_" in text
+            assert "qcc_convf_" not in text and "qcc_dwconv_" in text
+        else:
+            assert "qcc_dot_i16_" in text and "qcc_band_" in text and "qcc_conv4_" not in text
+            assert "qcc_packr_" in text and "qcc_dwconv_" in text
+            assert "qcc_convf_" in text  # few taps: integer sums computed exactly in float32
         assert "r = r < clo ? clo" in text  # the fused Relus' tables are clamps: max/min, no lookup
     x = rng.standard_normal((6, 6, 11, 13)).astype(np.float32) * 1.5
     got = run_c(exe, x, out_size(model))
@@ -172,6 +182,60 @@ def test_tiles_inside_wide_rows_are_bit_exact(tmp_path: Path, flags: str) -> Non
     x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
     want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
     assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
+
+
+DOT8_BUILDS = {"c-loop": ("-O3",), "c-loop-vnni-flags": (*VNNI, "-DQCC_NO_INTRINSICS"), "intrinsics": VNNI,
+               "intrinsics-tiny-sanitized": (*SANITIZE, *TINY, *VNNI[1:])}
+"""isa=dot8's broadcast tiles: the portable C loop (with and without the VNNI instruction set
+allowed) and the vpdpbusd intrinsics (also with tiny panels, sanitized)."""
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+@pytest.mark.parametrize("variant", list(DOT8_BUILDS))
+def test_dot8_tiles_are_bit_exact_with_and_without_intrinsics(tmp_path: Path, variant: str, dtype: str) -> None:
+    """Integer sums, exact in any order: the intrinsics and the C loop give the simulator's bits; rows
+    wider than a tile (37) and maps that cross rows (the strided layers), input channels padded to 4."""
+    if "vnni" in variant or "intrinsics" in variant:
+        needs_flags("vnni")
+    rng = np.random.default_rng(19)
+    model = affine(kernel_model(37), {"x": rng.standard_normal((8, 6, 11, 37)).astype(np.float32)}, dtype)
+    exe = build(model, tmp_path / "d", DOT8_BUILDS[variant], "dot8")
+    text = (tmp_path / "d" / "d.c").read_text()
+    assert text.count("static void qcc_conv4_") >= 1 and "_mm512_dpbusd_epi32" in text and "qcc_convf_" not in text
+    x = rng.standard_normal((2, 6, 11, 37)).astype(np.float32) * 1.5
+    want = flat_outputs(model, run_affine_int(model, {"x": x}), len(x))
+    assert np.array_equal(run_c(exe, x, out_size(model)).view(np.uint32), want.view(np.uint32))
+
+
+def dispatching_here() -> bool:
+    """gcc on x86-64 Linux with glibc: where the portable build's kernels are multi-versioned."""
+    return platform.machine() in ("x86_64", "AMD64") and sys.platform.startswith("linux") and \
+        platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8", "int8-dot8", "fixed8"])
+def test_dispatched_kernels_give_the_plain_builds_bytes(tmp_path: Path, mode: str) -> None:
+    """The portable build's float convolution kernels (and the int16 dot products: no AVX-512) exist in
+    AVX-512, AVX2 and baseline versions, the CPU's picked at load time; -DQCC_NO_DISPATCH builds the baseline alone. Same bytes either way: integer
+    sums are exact, and float multiply-adds are fused in neither (QCC_MADD follows the whole build)."""
+    rng = np.random.default_rng(23)
+    model = kernel_model()
+    calib = {"x": rng.standard_normal((8, 6, 11, 13)).astype(np.float32)}
+    if mode == "fixed8":
+        annotate_fixed(model, calib, 8, 8, jitter=1, seed=8)
+    elif mode != "float32":
+        model = affine(model, calib, "int8")
+    isa = "dot8" if mode.endswith("dot8") else "portable"
+    plain = build(model, tmp_path / "plain", ("-O3", "-DQCC_NO_DISPATCH"), isa)
+    dispatched = build(model, tmp_path / "disp", ("-O3",), isa)
+    assert re.search(r"^QCC_DISPATCH(256)? static void qcc_", (tmp_path / "disp" / "disp.c").read_text(), re.M)
+    if dispatching_here():
+        symbols = subprocess.run(["nm", str(dispatched)], capture_output=True, text=True).stdout
+        assert ".avx2" in symbols and ".avx2" not in subprocess.run(["nm", str(plain)], capture_output=True,
+                                                                      text=True).stdout
+    x = rng.standard_normal((3, 6, 11, 13)).astype(np.float32) * 1.5
+    got = run_c(dispatched, x, out_size(model))
+    assert np.array_equal(got.view(np.uint32), run_c(plain, x, out_size(model)).view(np.uint32))
 
 
 @pytest.mark.parametrize("flags", list(FLAGS))
@@ -255,9 +319,8 @@ def test_residual_adds_are_computed_by_the_convolution(tmp_path: Path, flags: st
 
 def test_fused_epilogues_leave_no_separate_pass(tmp_path: Path) -> None:
     """Float Conv -> BatchNorm -> Relu is one kernel call; affine Conv -> Relu applies the Relu's
-    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (plan-memory gives a
-    BatchNorm, which has no in-place trait, its own buffer: the kernel writes there, or its values
-    are copied there: test_kernels_write_concatenated_and_fused_values_in_place.)"""
+    table, a clamp, as max/min in the convolution's epilogue; fixed-point Conv -> Relu likewise. (A
+    BatchNorm with a buffer of its own: test_kernels_write_concatenated_and_fused_values_in_place.)"""
     out = tmp_path / "d_f32"
     qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
@@ -333,10 +396,13 @@ def test_kernels_write_concatenated_and_fused_values_in_place(tmp_path: Path) ->
         want = flat_outputs(model, run_model(model, {"x": x}), len(x))
         assert np.max(np.abs(run_c(exe, x, out_size(model)) - want)) <= 1e-4 * np.max(np.abs(want))
     out = tmp_path / "d_f32"
-    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)  # plan-memory: BatchNorms own buffers
+    # plan-memory: a BatchNorm (trait inplace) over its convolution's dying output, so the fused kernel
+    # writes it where the plan put it, whatever buffer the convolution reads (bn1 was a copy before)
+    digits, _ = qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), out)
     body = (out / "d_f32.c").read_text().split("d_f32_run_with_arena")[1]
-    assert "bn2 (BatchNorm): computed by the kernel of conv2 into its own buffer" in body
-    assert "bn1 (BatchNorm): a copy" in body  # its buffer is the input conv1 reads
+    for k in (1, 2, 3):
+        assert f"bn{k} (BatchNorm): computed by the kernel of conv{k} */" in body
+    assert "a copy" not in body and "into its own buffer" not in body
     exe = build(digits, tmp_path / "d_san", FLAGS["tiny-sanitized"])
     xd = np.load(DIGITS / "test.npz")["x"][:20]
     want = flat_outputs(digits, run_model(digits, {"x": xd}), len(xd))

@@ -215,7 +215,7 @@ def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
 """
     return ks.kernel(name, lambda: f"""
 /* acc[q][j] += a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
-static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc)
+QCC_DISPATCH static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc)
 {{
 {_per_rows(body)}}}
 """, ("conv_t",))
@@ -257,7 +257,7 @@ def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
    with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`.
    Segment s: positions sq[s] .. sq[s + 1] - 1 of output row soy[s] from column sox[s]. */
-static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
+QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict panel, const qcc_conv_t *restrict p,
     int nseg, const int *restrict sq, const int *restrict soy, const int *restrict sox, long k0, long kc,
     {elem} pad{", int32_t zx" if centered else ""})
 {{
@@ -396,7 +396,7 @@ def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name:
     else:
         extra, bias, pad, zero = "", ", const float *restrict b", "0.0f", "0.0f"
     return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
+QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
     const qcc_conv_t *restrict p{extra}{params})
 {{
     const int cg = p->c / p->group;
@@ -448,9 +448,17 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias},
                             const {v_t} v = ({v_t})part[o * QCC_OB + j];
 {_indent(ep.element, 28)}                            out[j] = r;
                         }}
-                        for (j = 0; j < pn; ++j) {{
-                            {v_t} r = out[j];
-{_indent(ep.post, 28)}                            yo[j] = ({y.name})r;
+                        if (pn == QCC_OB) {{ /* a whole tile: a fixed-length store, not a call to memcpy */
+                            QCC_VECTOR_LOOP
+                            for (j = 0; j < QCC_OB; ++j) {{
+                                {v_t} r = out[j];
+{_indent(ep.post, 32)}                                yo[j] = ({y.name})r;
+                            }}
+                        }} else {{
+                            for (j = 0; j < pn; ++j) {{
+                                {v_t} r = out[j];
+{_indent(ep.post, 32)}                                yo[j] = ({y.name})r;
+                            }}
                         }}
                     }}
                 }}
@@ -508,12 +516,13 @@ def dot_micro(ks: KernelSet, w: CType, panel: str = "int16_t") -> str:
 /* out[o * QCC_PT + q] += dot(w row o, row xq) over kc taps. GCC on x86-64 compiles it for 256-bit
    vectors even where 512-bit ones are allowed (-march with AVX-512): the sums are short and the
    wider vectors' horizontal sums and remainders cost more than they save (measured on digits 1.9x,
-   squeezenet 1.3x the time; bench/bench_c.py). A tuning hint; other compilers ignore it. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+   squeezenet 1.3x the time; bench/bench_c.py); its portable build's versions stop at AVX2 for the
+   same reason. A tuning hint; other compilers ignore it. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__)
 #pragma GCC push_options
 #pragma GCC target("prefer-vector-width=256")
 #endif
-static void {name}({rows_in}, const {w.name} *restrict w, long ldw, long kc, int32_t *restrict out)
+QCC_DISPATCH256 static void {name}({rows_in}, const {w.name} *restrict w, long ldw, long kc, int32_t *restrict out)
 {{
 {weights}
 {decl}
@@ -524,7 +533,7 @@ static void {name}({rows_in}, const {w.name} *restrict w, long ldw, long kc, int
     }}
 {store}
 }}
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__)
 #pragma GCC pop_options
 #endif
 """)
@@ -1071,7 +1080,7 @@ const int32_t v = (int32_t)(t < {y.lo} ? {y.lo} : (t > {y.hi} ? {y.hi} : t));
         prologue = ""
     zero = "0.0f" if sum_t == "float" else "0"
     return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
+QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
     const qcc_conv_t *restrict p{extra}{''.join(f', {p}' for p in ep.params)})
 {{
     {prologue}const int khw = p->kh * p->kw;
@@ -1152,7 +1161,7 @@ def dense(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, mode: str) 
     else:
         mac, mac0 = "a[u][o] + xv * wk[o]", "a[0][o] + xv * wk[o]"
     return ks.kernel(name, lambda: f"""
-static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
+QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias_param}, {y.name} *restrict y,
     long n, long k, long m{extra}{''.join(f', {p}' for p in ep.params)})
 {{
     const long nob = (m + QCC_OB - 1) / QCC_OB;

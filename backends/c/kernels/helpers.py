@@ -220,6 +220,24 @@ typedef struct {
 #define QCC_VECTOR_LOOP
 #endif
 """, ()),
+    "dispatch": ("""
+/* Function multi-versioning of the convolution kernels in builds for the baseline instruction set
+   (the Makefile's portable default): GCC (and clang >= 14) compile each for AVX-512, AVX2 and the
+   baseline, and the loader picks the CPU's (glibc's ifunc, once per process). Same arithmetic in
+   every version: integer kernels give the same bits; float kernels too, since QCC_MADD fuses only
+   where the whole build targets FMA (FP_FAST_FMAF) and -ffp-contract=off forbids it elsewhere.
+   Builds that already target AVX2 (ARCH_FLAGS), other compilers, systems or C libraries, and
+   -DQCC_NO_DISPATCH get the plain functions. QCC_DISPATCH256: no AVX-512 version (the int16 and
+   uint8 dot products, whose short sums lose on 512-bit vectors). */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && !defined(__AVX2__) \
+    && !defined(QCC_NO_DISPATCH) && (!defined(__clang__) || __clang_major__ >= 14)
+#define QCC_DISPATCH __attribute__((target_clones("avx512f", "avx2", "default")))
+#define QCC_DISPATCH256 __attribute__((target_clones("avx2", "default")))
+#else
+#define QCC_DISPATCH
+#define QCC_DISPATCH256
+#endif
+""", ()),
     "madd": ("""
 /* c + a * b, fused when the target has a fast fmaf (FP_FAST_FMAF, e.g. -march with FMA): float
    kernels only, whose results are compared with a tolerance, never bit for bit. */
@@ -238,6 +256,19 @@ static int32_t qcc_requant(int64_t v, int64_t m, int s, int32_t zp, int32_t lo, 
     const uint64_t mag = prod < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
     const uint64_t q = (mag + (((uint64_t)1 << s) >> 1)) >> s;
     const int64_t r = (prod < 0 ? -(int64_t)q : (int64_t)q) + zp;
+    return r < lo ? lo : (r > hi ? hi : (int32_t)r);
+}
+""", ()),
+    "requant32": ("""
+/* qcc_requant of an accumulator that fits int32 (the sum with its bias: the affine mode refuses
+   layers whose sum could overflow) by a multiplier m >= 0: the product's sign is t's, and the
+   32 x 32 -> 64-bit product is one instruction where the 64 x 64 one is several (vpmuldq). */
+static int32_t qcc_requant32(int32_t t, int32_t m, int s, int32_t zp, int32_t lo, int32_t hi)
+{
+    const int64_t prod = (int64_t)t * m;
+    const uint64_t mag = t < 0 ? (uint64_t)0 - (uint64_t)prod : (uint64_t)prod;
+    const uint64_t q = (mag + (((uint64_t)1 << s) >> 1)) >> s;
+    const int64_t r = (t < 0 ? -(int64_t)q : (int64_t)q) + zp;
     return r < lo ? lo : (r > hi ? hi : (int32_t)r);
 }
 """, ()),
@@ -289,7 +320,10 @@ class KernelSet:
         for helper in helpers:
             self.helper(helper)
         if name not in self.code:
-            self.code[name] = make()
+            code = make()
+            if "QCC_DISPATCH" in code:  # QCC_DISPATCH256 included
+                self.helper("dispatch")
+            self.code[name] = code
             self.kernels.add(name)
         return name
 

@@ -15,6 +15,7 @@ import numpy as np
 import qcc.backends.c.modes.shared as shared
 from qcc.backends.c.ctype import FLOAT, CType, hexfloat
 from qcc.backends.c.kernels import conv as KC
+from qcc.backends.c.kernels import conv_dot8 as KD
 from qcc.backends.c.kernels import elementwise as KE
 from qcc.backends.c.kernels import matmul as KMm
 from qcc.backends.c.kernels import movement as KM
@@ -117,6 +118,9 @@ def _conv(lw: Lowering, node: Node) -> Step:
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
         fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
+    elif lw.dot8 and KD.uses_dot8_tiles(li.weights.shape, int(np.prod(static_shape(y)[2:]))) \
+            and KC.u8_dot_fits(li.weights, cx.lo, cx.hi):
+        fn, w, bias, mult, shift = _dot8_layer(lw, node, li.weights, group, ep, out)
     elif int(np.prod(li.weights.shape[1:])) < TILED_TAPS and KC.float_sums_exact(li.weights, cx):
         w = lw.array(KC.pack_conv_weights(li.weights, group), FLOAT, f"qcc_w_{node.name}",
                      f"{node.input(1).name} minus its zero point, blocks of {KC.WB} output channels by tap")
@@ -127,6 +131,22 @@ def _conv(lw: Lowering, node: Node) -> Step:
     else:
         fn, w, bias, mult, shift = _dot_layer(lw, node, li.weights, group, ep, out)
     return Step(node, [Call(fn, (Ptr(x), w, Ptr(y), params, zp(x), bias, mult, shift, *extra))])
+
+
+def _dot8_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC.Epilogue,
+                out: CType) -> tuple[str, str, str, str, str]:
+    """isa=dot8's convolution (kernels/conv_dot8.py): uint8 x int8 products, four taps a 32-bit lane,
+    16 output channels x 16 positions a tile, any number of taps (no exact-float tile needed)."""
+    x = node.input(0)
+    cx = lw.ctype(x)
+    li = ai.layer_ints(node)
+    w = lw.array(KD.pack_dot8_weights(weights, group), INT_TYPES["int8"], f"qcc_w_{node.name}",
+                 f"{node.input(1).name} minus its zero point, blocks of 16 output channels by 4 taps")
+    bias = i32(lw, KC.offset_bias(weights, li.bias, ai.act(x)[1], cx.lo), f"qcc_b_{node.name}",
+               f"bias of {node.name} on the accumulator scale, less the input offset (zx - {cx.lo}) x weight sums")
+    return (KD.conv_affine_dot8(lw.kernels, cx, out, ep), w, bias,
+            i32(lw, li.mult, f"qcc_m_{node.name}", f"requantization multipliers of {node.name}"),
+            i32(lw, li.shift, f"qcc_s_{node.name}", f"requantization shifts of {node.name}"))
 
 
 def _dot_layer(lw: Lowering, node: Node, weights: np.ndarray, group: int, ep: KC.Epilogue,

@@ -284,6 +284,7 @@ class MatMul(OpDef):
 class BatchNorm(OpDef):
     """Inference batch normalization over axis 1: (x - mean) / sqrt(var + eps) * scale + bias."""
 
+    traits = frozenset({"inplace"})
     inputs = ("x", "scale", "bias", "mean", "var")
     attrs = {"epsilon": AttrSpec("float", 1e-5)}
 

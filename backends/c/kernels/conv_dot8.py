@@ -1,0 +1,274 @@
+"""The affine convolution of `c{isa=dot8}`: four uint8 x int8 products a 32-bit lane, weights broadcast.
+
+The dot-product kernel (`conv.conv_affine`) reduces each output's taps along a vector and pays a
+horizontal sum per output; short sums (1x1 layers of 32-64 channels, a first layer of 27 taps)
+therefore ran on the exact-float tile instead. This kernel keeps 16 output channels x 16 output
+positions of sums in 16 vectors, one per channel, its lanes the positions: per group of four taps
+it loads the panel's 64 bytes (16 positions x 4 taps) once and adds, per output channel, the four
+weights broadcast to every lane times them (AVX512-VNNI: one `vpdpbusd` each; no horizontal sum,
+any number of taps). The sums are exact integers in any order, so the portable C loop that
+compilers without VNNI run computes the same bits (`qcc.sim.affine_int`).
+
+Weights (`pack_dot8_weights`): per group, blocks of 16 output channels, per tap (ky, kx) the input
+channels padded to a multiple of 4 (`cg4`), as `[k / 4][16 channels][4 taps]`. The panel holds
+x - lo (`conv._panel_offset`; the bias is `conv.offset_bias`'s) as `[k / 4][16 positions][4 taps]`,
+packed for QCC_K4 taps at a time from the input (contiguous 16-position rows copied as runs).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from qcc.backends.c.ctype import CType
+from qcc.backends.c.kernels.conv import Epilogue, _indent
+from qcc.backends.c.kernels.helpers import KernelSet
+
+LANES = 16
+"""Output positions per tile (the vector's 32-bit lanes) and output channels per weight block."""
+MIN_POSITIONS = 8
+"""Maps with fewer output positions (Dense, 1x1 maps) keep the dot-product kernel: a tile of 16
+positions would compute mostly padding."""
+
+
+def pack_dot8_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """Centered OIHW int8 weights -> per group, blocks of 16 output channels (zero-padded), each
+    `[tap][cg4 / 4][16][4]`: tap-major (ky, kx), input channels padded to a multiple of 4."""
+    o, cg, kh, kw = w.shape
+    og = o // group
+    cg4 = -(-cg // 4) * 4
+    blocks = -(-og // LANES)
+    per = np.zeros((group, blocks * LANES, kh, kw, cg4), dtype=w.dtype)
+    per[:, :og, :, :, :cg] = w.reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2)
+    kp4 = kh * kw * cg4 // 4
+    return per.reshape(group, blocks, LANES, kp4, 4).transpose(0, 1, 3, 2, 4).reshape(-1)
+
+
+def uses_dot8_tiles(weights_shape: tuple[int, ...], out_positions: int) -> bool:
+    """Maps of at least MIN_POSITIONS output positions (the tile's lanes are positions)."""
+    return out_positions >= MIN_POSITIONS and len(weights_shape) == 4
+
+
+WIDE = "int32_t r = qcc_requant((int64_t)v + bo, mo, so,"
+
+
+def narrow_requant(ep: Epilogue) -> Epilogue:
+    """The affine epilogue on 32-bit sums (`qcc_requant32`): the sum plus its bias fits int32 (the
+    affine mode's accumulator check), and the multipliers are positive."""
+    if not ep.element.startswith(WIDE):
+        return ep
+    return attrs.evolve(ep, element=ep.element.replace(WIDE, "int32_t r = qcc_requant32(v + bo, mo, so,", 1),
+                        helpers=(*ep.helpers, "requant32"))
+
+
+def _micro(ks: KernelSet) -> str:
+    name = "qcc_dot4_u8_i8"
+    accs = range(LANES)
+    load = "\n".join(f"    __m512i a{o} = _mm512_loadu_si512((const void *)(acc + {o} * 16));" for o in accs)
+    macs = "\n".join(f"        memcpy(&b, wk + {o * 4}, 4);\n        a{o} = _mm512_dpbusd_epi32(a{o}, xv, "
+                     "_mm512_set1_epi32(b));" for o in accs)
+    store = "\n".join(f"    _mm512_storeu_si512((void *)(acc + {o} * 16), a{o});" for o in accs)
+    return ks.kernel(name, lambda: f"""
+/* acc[o * 16 + q] += sum over k4 groups of four taps of w[k][o][0..3] . panel[k][q][0..3] (uint8 x
+   int8, exact in int32): 16 output channels x 16 output positions. AVX512-VNNI: one vpdpbusd per
+   group and channel, the channel's four weights broadcast to the 16 positions; elsewhere the same
+   integer sums in C (any order gives the same bits). */
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS)
+#include <immintrin.h>
+static void {name}(const uint8_t *restrict panel, const int8_t *restrict w, long k4, int32_t *restrict acc)
+{{
+{load}
+    long k;
+    for (k = 0; k < k4; ++k) {{
+        const __m512i xv = _mm512_loadu_si512((const void *)(panel + k * 64));
+        const int8_t *restrict wk = w + k * 64;
+        int32_t b;
+{macs}
+    }}
+{store}
+}}
+#else
+static void {name}(const uint8_t *restrict panel, const int8_t *restrict w, long k4, int32_t *restrict acc)
+{{
+    long k;
+    int o, q;
+    for (k = 0; k < k4; ++k) {{
+        const uint8_t *restrict xk = panel + k * 64;
+        const int8_t *restrict wk = w + k * 64;
+        for (o = 0; o < 16; ++o) {{
+            const int32_t w0 = wk[o * 4 + 0];
+            const int32_t w1 = wk[o * 4 + 1];
+            const int32_t w2 = wk[o * 4 + 2];
+            const int32_t w3 = wk[o * 4 + 3];
+            QCC_VECTOR_LOOP
+            for (q = 0; q < 16; ++q) {{
+                acc[o * 16 + q] += w0 * xk[q * 4 + 0] + w1 * xk[q * 4 + 1] + w2 * xk[q * 4 + 2] + w3 * xk[q * 4 + 3];
+            }}
+        }}
+    }}
+}}
+#endif
+""", ("vector_loop",))
+
+
+def _pack(ks: KernelSet, x: CType) -> str:
+    name = f"qcc_pack4_{x.suffix}"
+    off = f"(-({x.lo}))"
+
+    def interleave(src: str) -> str:
+        return "".join(f"dst[q * 4 + {t}] = (uint8_t)((int32_t){src.format(t=t)} + {off});\n" for t in range(4))
+
+    return ks.kernel(name, lambda: f"""
+/* panel[(k - k0) / 4][q][k % 4] = x - lo at tap k (k0 <= k < k0 + kc, k = (ky * kw + kx) * cg4 + input
+   channel; k0 and kc multiples of 4) of the tile's output position q (< 16; iy0/ix0: its window's
+   corner, far outside for positions past the map): zx - lo outside the input, and for the channels
+   past cg (their weights are 0). A tile inside one output row with stride 1 along x (`row`) reads
+   each tap's 16 inputs consecutively: in place when they are all inside, else one clipped run
+   copied into a row preset to zx; other tiles gather through offsets and a mask. */
+static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qcc_conv_t *restrict p,
+    const int *restrict iy0, const int *restrict ix0, int row, long k0, long kc, int32_t zx)
+{{
+    const int cg = p->c / p->group;
+    const int cg4 = (cg + 3) / 4 * 4;
+    const long hw = (long)p->h * p->w;
+    {x.name} rows[4][16];
+    long off[16];
+    int32_t mask[16];
+    long k = k0;
+    int q;
+    while (k < k0 + kc) {{
+        const int tap = (int)(k / cg4);
+        const int dy = tap / p->kw * p->dh;
+        const int dx = tap % p->kw * p->dw;
+        const int end = k0 + kc - k < cg4 - k % cg4 ? (int)(k % cg4 + k0 + kc - k) : cg4;
+        uint8_t *restrict dst = panel + (k - k0) * 16;
+        int lo = 0, hi = 0, ic, t;
+        long base = 0;
+        if (row) {{ /* inputs base + lo .. base + hi - 1 are the positions lo .. hi - 1 */
+            const int iy = iy0[0] + dy;
+            const int ix = ix0[0] + dx;
+            if (iy >= 0 && iy < p->h) {{
+                lo = ix >= 0 ? 0 : (-ix < 16 ? -ix : 16);
+                hi = p->w - ix < 16 ? (p->w - ix > lo ? p->w - ix : lo) : 16;
+                base = (long)iy * p->w + ix;
+            }}
+        }} else {{
+            for (q = 0; q < 16; ++q) {{
+                const int iy = iy0[q] + dy;
+                const int ix = ix0[q] + dx;
+                const int inside = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
+                off[q] = inside ? (long)iy * p->w + ix : 0;
+                mask[q] = inside ? -1 : 0;
+            }}
+        }}
+        for (ic = (int)(k % cg4); ic < end; ic += 4, dst += 64) {{
+            if (row && lo == 0 && hi == 16 && ic + 4 <= cg) {{
+                const {x.name} *restrict x0 = x + (long)ic * hw + base;
+                const {x.name} *restrict x1 = x0 + hw;
+                const {x.name} *restrict x2 = x1 + hw;
+                const {x.name} *restrict x3 = x2 + hw;
+                for (q = 0; q < 16; ++q) {{
+{_indent(interleave("x{t}[q]"), 20)}                }}
+                continue;
+            }}
+            for (t = 0; t < 4; ++t) {{
+                const {x.name} *restrict xc = x + (long)(ic + t < cg ? ic + t : 0) * hw;
+                if (row) {{
+                    for (q = 0; q < 16; ++q) {{
+                        rows[t][q] = ({x.name})zx;
+                    }}
+                    if (ic + t < cg && hi > lo) {{
+                        memcpy(rows[t] + lo, xc + base + lo, (size_t)(hi - lo));
+                    }}
+                }} else {{
+                    const int32_t keep = ic + t < cg ? -1 : 0;
+                    for (q = 0; q < 16; ++q) {{
+                        rows[t][q] = ({x.name})((((int32_t)xc[off[q]] - zx) & mask[q] & keep) + zx);
+                    }}
+                }}
+            }}
+            for (q = 0; q < 16; ++q) {{
+{_indent(interleave("rows[{t}][q]"), 16)}            }}
+        }}
+        k = (long)tap * cg4 + end;
+    }}
+}}
+""", ("conv_t",))
+
+
+def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
+    """Per group, QCC_OS4 output channels (a multiple of 16) at a time, tiles of 16 consecutive output
+    positions (flattened over the map); per tile, QCC_K4 taps at a time packed once and multiplied by
+    every 16-channel block; then the bias, requantization and what the lowering fused (`ep`), a
+    fixed-length loop per output channel."""
+    name = f"qcc_conv4_{x.suffix}_{y.suffix}{ep.suffix}"
+    pack, dot = _pack(ks, x), _micro(ks)
+    ep = narrow_requant(ep)
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
+    return ks.kernel(name, lambda: f"""
+#ifndef QCC_K4
+#define QCC_K4 512 /* taps per dot8 panel (a multiple of 4; the panel is 16 x QCC_K4 bytes) */
+#endif
+#ifndef QCC_OS4
+#define QCC_OS4 64 /* output channels whose sums a dot8 tile keeps (a multiple of 16) */
+#endif
+#if QCC_K4 % 4 != 0 || QCC_OS4 % 16 != 0
+#error "QCC_K4 must be a multiple of 4 and QCC_OS4 a multiple of 16"
+#endif
+static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name} *restrict y,
+    const qcc_conv_t *restrict p, int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult,
+    const int32_t *restrict shift{params})
+{{
+    const int cg = p->c / p->group;
+    const int og = p->o / p->group;
+    const int blocks = (og + 15) / 16;
+    const long npix = (long)p->oh * p->ow;
+    const long kp = (long)p->kh * p->kw * ((cg + 3) / 4 * 4);
+    uint8_t panel[16 * QCC_K4];
+    int32_t part[QCC_OS4 * 16];
+    int iy0[16], ix0[16];
+    int n, g, ob0, o, q, row;
+    long p0, k0, j;
+    for (n = 0; n < p->n; ++n) {{
+        for (g = 0; g < p->group; ++g) {{
+            const {x.name} *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
+            for (ob0 = 0; ob0 < og; ob0 += QCC_OS4) {{
+                const int nb = og - ob0 < QCC_OS4 ? og - ob0 : QCC_OS4;
+                for (p0 = 0; p0 < npix; p0 += 16) {{
+                    const int pn = npix - p0 < 16 ? (int)(npix - p0) : 16;
+                    for (q = 0; q < 16; ++q) {{
+                        iy0[q] = q < pn ? (int)((p0 + q) / p->ow) * p->sh - p->ph : -(1 << 29);
+                        ix0[q] = q < pn ? (int)((p0 + q) % p->ow) * p->sw - p->pw : -(1 << 29);
+                    }}
+                    row = pn == 16 && p->sw == 1 && iy0[15] == iy0[0];
+                    for (j = 0; j < (long)(nb + 15) / 16 * 256; ++j) {{
+                        part[j] = 0;
+                    }}
+                    for (k0 = 0; k0 < kp; k0 += QCC_K4) {{
+                        const long kc = kp - k0 < QCC_K4 ? kp - k0 : QCC_K4;
+                        {pack}(xg, panel, p, iy0, ix0, row, k0, kc, zx);
+                        for (o = 0; o < nb; o += 16) {{
+                            {dot}(panel, w + (((long)g * blocks + (ob0 + o) / 16) * kp + k0) * 16, kc / 4, part + o * 16);
+                        }}
+                    }}
+                    for (o = 0; o < nb; ++o) {{
+                        const int oc = g * og + ob0 + o;
+                        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
+                        int32_t out[16];
+{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
+                        for (q = 0; q < 16; ++q) {{
+                            const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 28)}                            out[q] = r;
+                        }}
+                        for (q = 0; q < pn; ++q) {{
+                            int32_t r = out[q];
+{_indent(ep.post, 28)}                            yo[q] = ({y.name})r;
+                        }}
+                    }}
+                }}
+            }}
+        }}
+    }}
+}}
+""", ("conv_t",))

@@ -58,6 +58,9 @@ class Calibrate(Pass):
     merge: bool = attrs.field(default=False, metadata={"help": "merge into existing statistics"})
     engine: Literal["qcc", "onnxruntime"] = attrs.field(
         default="qcc", metadata={"help": "run the model with qcc's interpreter or onnxruntime"})
+    pre_bias: bool = attrs.field(default=True, metadata={
+        "help": "also the sums before the bias of the target's accumulating kernels (assign-fixed-point "
+                "reads them; the affine pipelines turn this off)"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -69,8 +72,9 @@ class Calibrate(Pass):
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
                              "model input name, samples on each input's samples axis)")
         check_finite_params(model)
-        # the target's kernels that saturate their sum before adding the bias: its range matters too
-        pre_bias = ctx.target.fixed_point.truncating_accumulation
+        # the target's kernels that saturate their sum before adding the bias: its range matters to
+        # assign-fixed-point, and only to it (an int8 compile for C has no use for them)
+        pre_bias = ctx.target.fixed_point.truncating_accumulation if self.pre_bias else frozenset()
         source = ctx.calib_name
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
             from qcc.data import CalibrationCheck, bound_batches

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
+from qcc.passes.float_reference import FloatReference, KeptReference, fingerprint, values_to_keep
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 from qcc.passes.statistics import Calibration, CalibrationStats, pre_bias_key
 
@@ -36,6 +37,11 @@ def _positive(name: str) -> Any:
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     return check
+
+
+def _not_negative(_: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
 
 
 def _power_of_two(_: Any, attribute: Any, value: int) -> None:
@@ -61,6 +67,9 @@ class Calibrate(Pass):
     pre_bias: bool = attrs.field(default=True, metadata={
         "help": "also the sums before the bias of the target's accumulating kernels (assign-fixed-point "
                 "reads them; the affine pipelines turn this off)"})
+    reference: int = attrs.field(default=0, validator=_not_negative, metadata={
+        "help": "keep the weighted layers' float outputs on the first N samples as bias-correct's reference "
+                "(the default pipelines set bias-correct's samples); 0: keep nothing"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -108,7 +117,11 @@ class Calibrate(Pass):
             result = collect_sharded(model, feeds, batch, ctx.workers, self.num_bins, self.engine, self.batch_size,
                                      pre_bias)
         else:
-            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias)
+            keeper = Keeper(values_to_keep(model), self.reference) if self.reference and self.engine == "qcc" else None
+            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias,
+                             keeper)
+            if keeper is not None and keeper.arrays:
+                ctx.analyses.store(FloatReference, model, KeptReference(keeper.feeds, keeper.arrays, fingerprint(model)))
         return self._store(result, model, source, ctx)
 
     def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:
@@ -129,9 +142,23 @@ class Calibrate(Pass):
         return batch, usable
 
 
+@attrs.define(eq=False)
+class Keeper:
+    """What `calibrate{reference=N}` keeps from its first batch (passes/float_reference.py): the
+    first `samples` samples of `values`, and of the feeds."""
+
+    values: dict[int, Value]
+    samples: int
+    feeds: dict[str, np.ndarray] = attrs.field(factory=dict)
+    arrays: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def first(self, array: np.ndarray) -> np.ndarray:
+        return array if len(array) <= self.samples else np.array(array[:self.samples])  # a copy, not a view
+
+
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
             progress: bool = False, engine: str = "qcc", rebatch: int | None = None,
-            pre_bias: frozenset[str] = frozenset()) -> Calibration:
+            pre_bias: frozenset[str] = frozenset(), keeper: Keeper | None = None) -> Calibration:
     """Statistics of every float activation over samples-first `feeds` (`qcc.data.bind_inputs`), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
@@ -140,17 +167,19 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
     bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).
+    `keeper`: filled from the first batch, when the model itself runs it (not a rebound copy).
     """
     from qcc.ir.samples import to_model
 
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
-    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias)
+    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias, keeper)
 
 
 def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], total: int | None,
                     num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc",
-                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset()) -> Calibration:
+                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset(),
+                    keeper: Keeper | None = None) -> Calibration:
     """`collect` over batches as they come (a stream of batches is never held whole)."""
     from qcc.progress import progress_bar
 
@@ -161,6 +190,9 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
     with progress_bar(total, "calibrate", progress) as bar:
         for feeds in (_regroup(batches, size) if big is not None else batches):
             done = samples_in(model, feeds)
+            if keeper is not None and big is None:
+                keeper.feeds = {k: keeper.first(v) for k, v in feeds.items()}
+                small.observer.keeper = keeper
             if big is not None and done == size:
                 big(feeds)
             elif big is not None:  # the last samples, at the static batch
@@ -169,6 +201,7 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
                     small({k: v[start:start + step] for k, v in feeds.items()})
             else:
                 small(feeds)
+            small.observer.keeper = keeper = None
             if bar:
                 bar(done)
     return big.result().merge(small.result()) if big is not None else small.result()
@@ -340,9 +373,12 @@ class _Observer:
                            if n.op == "Relu" and id(n.outputs[0]) in tracked and id(n.inputs[0]) in tracked}
         self.relu_sources = set(self.relu_input.values())
         self.batch_counts: dict[int, BatchCounts | None] = {}  # this batch's, by Relu input
+        self.keeper: Keeper | None = None
 
     def __call__(self, value: Value, array: np.ndarray) -> None:
         key = id(value)
+        if self.keeper is not None and key in self.keeper.values:
+            self.keeper.arrays[value.name] = self.keeper.first(array)
         if key not in self.tracked:
             return
         pre = self.pre_bias.get(key)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from qcc.errors import UnsupportedError, UsageError
+from qcc.quant.biascorr import SAMPLES
 
 CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16")
 AFFINE = {"int8": ("int8", None), "uint8": ("uint8", None), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
@@ -55,17 +56,23 @@ def default_pipeline(scheme: str, opts: Any) -> str:
     overrides = "apply-overrides," if getattr(opts, "overrides", ()) else ""
     method = getattr(opts, "method", None) or default_method(scheme)
     equalize = "equalize," if getattr(opts, "equalize", True) else ""
+    # bias-correct's float reference: the outputs calibrate computes on the same first samples
+    # (not after learned-rounding, which rewrites the weights in between)
+    kept = getattr(opts, "bias_correct", True) and not _learned(scheme, opts)
+    reference = [f"reference={SAMPLES}"] if kept else []
     if scheme in AFFINE:
         act, weight = AFFINE[scheme]
         per_tensor = getattr(opts, "per_tensor", False)
         fold = "fold-bn" if per_tensor else "fold-bn{standalone=conv}"
         weights = f"weight_dtype={weight}," if weight else ""
-        return (f"{fold},{overrides}{equalize if per_tensor else ''}calibrate{{pre_bias=false}},"
+        calibrate = _spec("calibrate", ["pre_bias=false", *reference])
+        return (f"{fold},{overrides}{equalize if per_tensor else ''}{calibrate},"
                 f"quantize-affine{{dtype={act},{weights}per_channel={'false' if per_tensor else 'true'},"
                 f"method={method}}}" + _refinements(scheme, opts))
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]
-        return (f"fold-bn,{overrides}{equalize}calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
+        return (f"fold-bn,{overrides}{equalize}{_spec('calibrate', reference)},"
+                f"assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
                 f"method={method}}}" + _refinements(scheme, opts) + ",check-fixed-point")
     if scheme in ("binary-weight", "binary-connect"):
         _refuse_ptq_options(scheme, opts)
@@ -73,10 +80,17 @@ def default_pipeline(scheme: str, opts: Any) -> str:
     raise UnsupportedError(f"--quantize {scheme}: this qcc has no pipeline for it")
 
 
+def _learned(scheme: str, opts: Any) -> bool:
+    return (getattr(opts, "rounding", None) or ("learned" if scheme in LEARNED_BY_DEFAULT else "nearest")) == "learned"
+
+
+def _spec(name: str, options: list[str]) -> str:
+    return f"{name}{{{','.join(options)}}}" if options else name
+
+
 def _refinements(scheme: str, opts: Any) -> str:
     """learned-rounding, bias-correct and accuracy-control, as the options ask."""
-    rounding = getattr(opts, "rounding", None) or ("learned" if scheme in LEARNED_BY_DEFAULT else "nearest")
-    parts = ["learned-rounding"] if rounding == "learned" else []
+    parts = ["learned-rounding"] if _learned(scheme, opts) else []
     if getattr(opts, "bias_correct", True):
         parts.append("bias-correct")
     drop = getattr(opts, "max_accuracy_drop", None)

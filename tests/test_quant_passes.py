@@ -322,10 +322,11 @@ def test_default_pipelines() -> None:
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", opts) == ""
     assert default_pipeline("uint8", opts) == \
-        "fold-bn{standalone=conv},calibrate{pre_bias=false},quantize-affine{dtype=uint8,per_channel=true," \
-        "method=auto},bias-correct"
+        "fold-bn{standalone=conv},calibrate{pre_bias=false,reference=16},quantize-affine{dtype=uint8," \
+        "per_channel=true,method=auto},bias-correct"
     assert default_pipeline("fixed8", opts) == \
-        "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto},bias-correct,check-fixed-point"
+        "fold-bn,equalize,calibrate{reference=16},assign-fixed-point{bits=8,weight_bits=8,method=auto}," \
+        "bias-correct,check-fixed-point"
     assert default_pipeline("int4", opts) == \
         "fold-bn{standalone=conv},calibrate{pre_bias=false},quantize-affine{dtype=int8,weight_dtype=int4," \
         "per_channel=true,method=auto},learned-rounding,bias-correct"

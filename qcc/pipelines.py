@@ -3,8 +3,8 @@
 | scheme | pipeline |
 |---|---|
 | none | (empty) |
-| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate{pre_bias=false}, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
-| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
+| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate{pre_bias=false, [reference=16]}, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
+| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate{[reference=16]}, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
 The scheme's pipeline does not depend on the target: what a target requires (nnabla-c-runtime's
@@ -15,6 +15,8 @@ model is the written one), and, for the default pipeline, the memory plan its ru
 The affine pipelines calibrate with pre_bias=false: the statistics of a Conv's sum before its
 bias, which calibrate keeps when the target's kernels accumulate that way (nnabla-c-runtime's,
 for .nnb and C), are read by assign-fixed-point alone (17% of an int8 calibration's CPU for C, digits).
+calibrate keeps bias-correct's float reference (reference=16) when bias-correct follows and
+learned-rounding does not rewrite the weights in between.
 apply-overrides is added when --override is given (--settings is applied by the driver at
 load). --method defaults to auto (per tensor, the least-error range or position, minmax where
 nothing needs clipping). equalize runs where one scale or position covers every channel of a

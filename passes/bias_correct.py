@@ -41,6 +41,7 @@ from qcc.passes.channel_fold import (
 from qcc.passes.float_reference import KeptReference, pop_reference, reference_outputs
 from qcc.passes.fold_bn import BN_STATS
 from qcc.passes.quantize_affine import annotate_bias
+from qcc.passes.quantized_samples import RunKeeper, keep_run
 from qcc.passes.quantreport import parameter_entry
 from qcc.passes.quantutil import (
     annotation_pass,
@@ -93,13 +94,16 @@ class BiasCorrect(Pass):
         mode = self.mode
         if mode == "auto":
             mode = "empirical" if ctx.calib_data is not None else "analytical"
+        run: tuple[dict[str, np.ndarray], RunKeeper] | None = None
         if mode == "empirical":
             if ctx.calib_data is None:
                 raise UsageError("bias-correct{mode=empirical} needs calibration data (--calib DATA.npz)")
-            shifts = self._measured(model, layers, ctx, kept)
+            shifts, run = self._measured(model, layers, ctx, kept)
         else:
             shifts = {id(n): s for n in layers if (s := _analytical(n, ctx)) is not None}
         entries = [_apply(model, n, shifts[id(n)], mode) for n in layers if id(n) in shifts]
+        if run is not None:  # the integer run computed the corrected model: check-fixed-point reads it
+            keep_run(model, ctx, *run)
         ctx.report[SECTION] = entries
         register_refinement(model, self)
         return PassResult(model, bool(entries), frozenset({"*"}))
@@ -109,13 +113,18 @@ class BiasCorrect(Pass):
         undo_bias_correction(model)
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
-                  kept: KeptReference | None) -> dict[int, np.ndarray]:
-        """Sequential correction on one batch of the first `samples` samples; a model with a
-        static batch dimension is measured layer by layer instead (`own_errors`)."""
+                  kept: KeptReference | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
+        """Sequential correction on one batch of the first `samples` samples (with the values of
+        its integer run, when it is one); a model with a static batch dimension is measured layer
+        by layer instead (`own_errors`)."""
+        from qcc.sim.fixed import runs_integer_kernels
+
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
         if len(parts) == 1:
-            return _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers))
-        return own_errors(model, layers, parts, ctx.workers)
+            keeper = RunKeeper(model) if runs_integer_kernels(model) else None
+            shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
+            return shifts, (parts[0], keeper) if keeper is not None else None
+        return own_errors(model, layers, parts, ctx.workers), None
 
 
 def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],
@@ -181,12 +190,13 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
 
 
 def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
-                kept: dict[int, np.ndarray] | None = None) -> dict[int, np.ndarray]:
+                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None) -> dict[int, np.ndarray]:
     """Each layer in graph order gets the mean of (its stored output - the float model's output)
     with every earlier layer already corrected: one float run (or the float outputs calibrate
     kept, `kept`: the same arrays) and one quantized run of the whole batch. A kernel wrapper
     measures each layer and adds its bias change to what it computed (the bias is the last term
-    of every layer's sum), so later layers see the corrected one."""
+    of every layer's sum), so later layers see the corrected one. `keeper` observes the integer
+    run (every value of it is what the corrected model computes)."""
     from qcc.sim.compare import passthrough
     from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
     from qcc.sim.interpreter import Interpreter
@@ -234,7 +244,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
 
     ops = {n.op for n in layers}
     if fixed:
-        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops})
+        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops}, observer=keeper)
     else:
         runner = Interpreter(model, quantized=True,
                              kernels={op: corrected(get_schema(op).kernel) for op in ops})

@@ -246,3 +246,39 @@ def test_a_reference_from_other_weights_is_not_used(monkeypatch: pytest.MonkeyPa
         assert len(runs) == 1
         models.append(model)
     _same_constants(*models)
+
+
+def test_check_fixed_point_reads_bias_corrects_integer_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bias-correct's integer run computes the corrected model (each layer hands on the output of
+    its corrected bias): check-fixed-point reads its first samples instead of running the model
+    again, with the report its own run gives; a model changed in between is run again."""
+    from qcc.passes.quantized_samples import QuantizedSamples
+
+    from qcc.sim.fixed import FixedRunner
+
+    path = str(DIGITS / "digits_cnn.onnx")
+    runs: list[int] = []
+    run = FixedRunner.run
+
+    def counted(self: FixedRunner, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(FixedRunner, "run", counted)
+    reports = []
+    for change in ("none", "dropped", "annotation"):
+        model, ctx = quantize(path, FIXED8_NNB + ",bias-correct", CALIB)
+        assert ctx.analyses.peek(QuantizedSamples, model) is not None
+        if change == "dropped":
+            ctx.analyses.store(QuantizedSamples, model, None)
+        elif change == "annotation":  # as accuracy-control's promotions would
+            relu = next(n for n in model.graph.nodes if n.name == "relu5").outputs[0]
+            assert isinstance(relu.quant, FixedPoint)
+            relu.quant = FixedPoint(relu.quant.bits, relu.quant.frac - 1, rounding=relu.quant.rounding)
+        runs.clear()
+        PassManager("check-fixed-point").run(model, ctx)
+        assert len(runs) == (0 if change == "none" else 1), change
+        assert ctx.analyses.peek(QuantizedSamples, model) is None
+        reports.append(ctx.report["fixed_point_check"])
+    assert reports[0] == reports[1] and reports[0]["samples"] == 4
+    assert reports[2] != reports[0]

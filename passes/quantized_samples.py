@@ -60,7 +60,7 @@ class RunKeeper:
 
 def annotated_fingerprint(model: Model) -> bytes:
     """`fingerprint` (nodes, constants) and every value's annotation."""
-    digest = hashlib.blake2b(fingerprint(model), digest_size=16)
+    digest = hashlib.sha256(fingerprint(model))
     for value in model.graph.values():
         digest.update(f"{value.name}:".encode())
         quant = value.quant

@@ -38,7 +38,7 @@ from qcc.passes.channel_fold import (
     output_channels,
     set_layer_bias,
 )
-from qcc.passes.float_reference import KeptReference, pop_reference, reference_outputs
+from qcc.passes.float_reference import FloatReference, KeptArrays, pop_kept, reference_outputs
 from qcc.passes.fold_bn import BN_STATS
 from qcc.passes.quantize_affine import annotate_bias
 from qcc.passes.quantized_samples import RunKeeper, keep_run
@@ -89,7 +89,7 @@ class BiasCorrect(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         annotation_pass(model, self.name)
         undo_bias_correction(model)
-        kept = pop_reference(model, ctx)  # calibrate's float run on the same samples, read once
+        kept = pop_kept(model, ctx, FloatReference)  # calibrate's float run on the same samples, read once
         layers = [n for n in model.graph.nodes if _correctable(n)]
         mode = self.mode
         if mode == "auto":
@@ -113,7 +113,7 @@ class BiasCorrect(Pass):
         undo_bias_correction(model)
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
-                  kept: KeptReference | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
+                  kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
         """Sequential correction on one batch of the first `samples` samples (with the values of
         its integer run, when it is one); a model with a static batch dimension is measured layer
         by layer instead (`own_errors`)."""

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
-from qcc.passes.float_reference import FloatReference, KeptReference, fingerprint, values_to_keep
+from qcc.passes.float_reference import FloatReference, KeptArrays, fingerprint, values_to_keep
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 from qcc.passes.statistics import Calibration, CalibrationStats, pre_bias_key
 
@@ -121,7 +121,7 @@ class Calibrate(Pass):
             result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias,
                              keeper)
             if keeper is not None and keeper.arrays:
-                ctx.analyses.store(FloatReference, model, KeptReference(keeper.feeds, keeper.arrays, fingerprint(model)))
+                ctx.analyses.store(FloatReference, model, KeptArrays(keeper.feeds, keeper.arrays, fingerprint(model)))
         return self._store(result, model, source, ctx)
 
     def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:

@@ -24,6 +24,7 @@ Bit for bit the values bias-correct's own run gives, or not used at all:
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import attrs
 import numpy as np
@@ -35,13 +36,28 @@ from qcc.pm.base import Analysis, AnalysisManager, PassContext
 
 
 @attrs.define(eq=False)
-class KeptReference:
-    """Arrays by value name (layer outputs, or inputs of layers behind a 2-D product), the feeds
-    that produced them, and the graph they were computed on."""
+class KeptArrays:
+    """Arrays a run computed, by value name, the feeds it ran and a fingerprint of the model it
+    ran (here: layer outputs, or inputs of layers behind a 2-D product; also
+    passes/quantized_samples.py)."""
 
     feeds: dict[str, np.ndarray]
     arrays: dict[str, np.ndarray]
     fingerprint: bytes
+
+    def valid_for(self, feeds: dict[str, np.ndarray], model_fingerprint: bytes) -> bool:
+        """Computed from these very feeds, on a model with this fingerprint."""
+        return self.fingerprint == model_fingerprint and self.feeds.keys() == feeds.keys() and all(
+            self.feeds[k].dtype == feeds[k].dtype and np.array_equal(self.feeds[k], feeds[k]) for k in feeds)
+
+
+def pop_kept(model: Model, ctx: PassContext, analysis: type[Analysis]) -> KeptArrays | None:
+    """What a pass stored as `analysis` for `model`, released from the context (read once)."""
+    kept: Any = ctx.analyses.peek(analysis, model)
+    if kept is None:
+        return None
+    ctx.analyses.store(analysis, model, None)
+    return kept if isinstance(kept, KeptArrays) else None
 
 
 class FloatReference(Analysis):
@@ -49,7 +65,7 @@ class FloatReference(Analysis):
 
     name = "float-reference"
 
-    def compute(self, model: Model, am: AnalysisManager) -> KeptReference | None:
+    def compute(self, model: Model, am: AnalysisManager) -> KeptArrays | None:
         return None
 
 
@@ -87,23 +103,11 @@ def fingerprint(model: Model) -> bytes:
     return digest.digest()
 
 
-def pop_reference(model: Model, ctx: PassContext) -> KeptReference | None:
-    """What calibrate kept for `model`, released from the context (it is read once)."""
-    kept = ctx.analyses.peek(FloatReference, model)
-    if kept is None:
-        return None
-    ctx.analyses.store(FloatReference, model, None)
-    return kept if isinstance(kept, KeptReference) else None
-
-
-def reference_outputs(kept: KeptReference | None, model: Model, feeds: dict[str, np.ndarray],
+def reference_outputs(kept: KeptArrays | None, model: Model, feeds: dict[str, np.ndarray],
                       layers: list[Node]) -> dict[int, np.ndarray] | None:
     """The float output of each layer on `feeds` (by id of the output) from what calibrate kept,
     or None when it does not hold them all for these very feeds and this very graph."""
-    if kept is None or kept.feeds.keys() != feeds.keys() or not all(
-            kept.feeds[k].dtype == feeds[k].dtype and np.array_equal(kept.feeds[k], feeds[k]) for k in feeds):
-        return None
-    if kept.fingerprint != fingerprint(model):
+    if kept is None or not kept.valid_for(feeds, fingerprint(model)):
         return None
     outputs = {}
     for layer in layers:

@@ -17,7 +17,7 @@ import hashlib
 
 import attrs
 import numpy as np
-from qcc.passes.float_reference import fingerprint
+from qcc.passes.float_reference import KeptArrays, fingerprint, pop_kept
 
 from qcc.ir.core import Model, Value
 from qcc.ir.types import FixedPoint
@@ -27,21 +27,13 @@ CHECK_SAMPLES = 4
 """check-fixed-point's default sample count: the samples bias-correct keeps for it."""
 
 
-@attrs.define(eq=False)
-class KeptRun:
-    """Float readback of every fixed-point node output by name, the feeds, the model's fingerprint."""
-
-    feeds: dict[str, np.ndarray]
-    arrays: dict[str, np.ndarray]
-    fingerprint: bytes
-
-
 class QuantizedSamples(Analysis):
-    """What bias-correct kept of its integer run (None otherwise)."""
+    """What bias-correct kept of its integer run: the float readback of every fixed-point node
+    output (None otherwise)."""
 
     name = "quantized-samples"
 
-    def compute(self, model: Model, am: AnalysisManager) -> KeptRun | None:
+    def compute(self, model: Model, am: AnalysisManager) -> KeptArrays | None:
         return None
 
 
@@ -75,21 +67,14 @@ def annotated_fingerprint(model: Model) -> bytes:
 def keep_run(model: Model, ctx: PassContext, feeds: dict[str, np.ndarray], keeper: RunKeeper) -> None:
     """Store what `keeper` saw on `feeds`, for the model as it now is."""
     first = {k: np.array(v[:CHECK_SAMPLES]) for k, v in feeds.items()}
-    ctx.analyses.store(QuantizedSamples, model, KeptRun(first, keeper.arrays, annotated_fingerprint(model)))
+    ctx.analyses.store(QuantizedSamples, model, KeptArrays(first, keeper.arrays, annotated_fingerprint(model)))
 
 
-def kept_run(model: Model, ctx: PassContext) -> KeptRun | None:
+def kept_run(model: Model, ctx: PassContext) -> KeptArrays | None:
     """What bias-correct kept, released from the context (it is read once)."""
-    kept = ctx.analyses.peek(QuantizedSamples, model)
-    if kept is None:
-        return None
-    ctx.analyses.store(QuantizedSamples, model, None)
-    return kept if isinstance(kept, KeptRun) else None
+    return pop_kept(model, ctx, QuantizedSamples)
 
 
-def run_values(kept: KeptRun | None, model: Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+def run_values(kept: KeptArrays | None, model: Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     """The kept values when they are for these feeds and this very model, else None."""
-    if kept is None or kept.feeds.keys() != feeds.keys() or not all(
-            kept.feeds[k].dtype == feeds[k].dtype and np.array_equal(kept.feeds[k], feeds[k]) for k in feeds):
-        return None
-    return kept.arrays if kept.fingerprint == annotated_fingerprint(model) else None
+    return kept.arrays if kept is not None and kept.valid_for(feeds, annotated_fingerprint(model)) else None

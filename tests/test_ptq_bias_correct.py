@@ -213,13 +213,13 @@ def test_calibrates_float_outputs_are_bias_corrects_reference(annotate: str, mon
     its first batch (of 32); bias-correct reads them instead of running the float model, and
     writes the very biases its own float run gives. The Dense reads a 2-D input that calibrate
     multiplies one sample at a time: its input is kept and bias-correct computes it alone."""
-    from qcc.passes.float_reference import FloatReference, KeptReference
+    from qcc.passes.float_reference import FloatReference, KeptArrays
 
     path = str(DIGITS / "digits_cnn.onnx")
     own, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
     model, ctx = quantize(path, f"fold-bn,calibrate{{reference=16}},{annotate}", CALIB)
     kept = ctx.analyses.peek(FloatReference, model)
-    assert isinstance(kept, KeptReference)
+    assert isinstance(kept, KeptArrays)
     assert "fc" not in kept.arrays and kept.arrays["flatten1"].shape == (16, 128)
     assert all(len(a) == 16 for a in kept.arrays.values()) and len(kept.feeds["x"]) == 16
     runs = _float_runs(monkeypatch)

@@ -64,7 +64,8 @@ uint8 storage holds q + 128 with zero point + 128, which dequantizes to exactly 
 - 'annotated': every type exactly as annotated (runtimes that require int8, e.g. TensorRT).
 Measurements: docs/backends.md."""
 
-_FIXED_DTYPES = {4: "int8", 8: "int8", 16: "int16", 32: "int32"}
+_FIXED_DTYPES = {4: "int4", 8: "int8", 16: "int16", 32: "int32"}
+"""fixed4's 4-bit weights are int4 (opset 21) as the int4 scheme's are; other 4-bit constants int8."""
 
 ORT_INTEGER_OPS = frozenset({
     "Conv", "Dense", "Add", "Mul", "AvgPool", "GlobalAvgPool", "SumPool", "MaxPool", "Concat", "LeakyRelu",
@@ -113,7 +114,7 @@ def qparams(quant: QuantType | None, name: str) -> QParams | None:
         return QParams(quant.dtype, scale, zp, quant.axis)
     if isinstance(quant, FixedPoint):
         dtype = _FIXED_DTYPES[quant.bits]
-        return QParams(dtype, np.asarray(quant.step, np.float32), np.zeros((), dtype))
+        return QParams(dtype, np.asarray(quant.step, np.float32), np.zeros((), numpy_dtype(dtype)))
     if isinstance(quant, Sign):
         return QParams("int8", np.ones((), np.float32), np.zeros((), np.int8))
     raise UnsupportedError(f"onnx-qdq: tensor {name!r} has annotation {quant!r} with no QDQ form")

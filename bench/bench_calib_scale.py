@@ -8,7 +8,9 @@ wall time.
 1. floor: light_resnet50 / light_densenet121 (tests/onnx_zoo.py, random weights), S random
    samples. In one process per configuration: one plain ONNX Runtime float pass over the samples
    (default session options, one sample per run: the model's batch is 1), or qcc's `collect`
-   (every float activation histogrammed) with the interpreter or with onnxruntime as the engine.
+   (every float activation histogrammed) with the interpreter on the model as loaded, and with
+   the interpreter or onnxruntime as the engine on the model `qcc compile --quantize int8`
+   calibrates (batch norms folded by fold-bn first; ONNX Runtime fuses them too).
    The phase is timed inside the process after loading; the ratio is calibration / ORT pass of
    the same repetition.
 2. rss: peak RSS growth (VmHWM minus VmRSS once model and data are loaded) of `collect` on a
@@ -49,6 +51,8 @@ SECTION = "## Calibration at scale"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench.bytecode import compiled_env  # noqa: E402
+
 
 def _status_mb(field: str) -> float:
     with open("/proc/self/status") as fh:
@@ -82,10 +86,14 @@ def floor_worker(mode: str, model_path: str, samples: int) -> dict[str, Any]:
         from qcc.passes.calibrate import collect
 
         from qcc.driver import load
+        from qcc.pm.manager import PassManager
 
+        engine, _, folded = mode.partition("+")
         model = load(model_path)
+        if folded:  # the model `qcc compile --quantize int8` calibrates: batch norms folded first
+            model = PassManager("fold-bn{standalone=conv}").run(model).model
         t0, c0 = time.perf_counter(), _cpu()
-        collect(model, {inp.name: data}, 1, engine=mode, rebatch=32)
+        collect(model, {inp.name: data}, 1, engine=engine, rebatch=32)
     return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0}
 
 
@@ -167,7 +175,7 @@ def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[
     lines = [f"### Calibration vs one plain ONNX Runtime float pass ({samples} samples, {repeat} repetitions)", "",
              "| model | run | wall s | CPU s | ratio to the ORT pass (wall) | ratio (CPU) |",
              "|---|---|---|---|---|---|"]
-    modes = ["ort-pass", "qcc", "onnxruntime"]
+    modes = ["ort-pass", "qcc", "qcc+fold", "onnxruntime+fold"]
     for name in names:
         path = work / f"light_{name}.onnx"
         light_model(name, path)
@@ -180,8 +188,9 @@ def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[
             cpus = [r["cpu"] for r in got[mode]]
             ratios = [r["wall"] / b["wall"] for r, b in zip(got[mode], got["ort-pass"])]
             cratios = [r["cpu"] / b["cpu"] for r, b in zip(got[mode], got["ort-pass"])]
-            label = {"ort-pass": "ORT float pass", "qcc": "qcc calibrate (interpreter)",
-                     "onnxruntime": "qcc calibrate{engine=onnxruntime}"}[mode]
+            label = {"ort-pass": "ORT float pass", "qcc": "qcc calibrate (interpreter), model as loaded",
+                     "qcc+fold": "qcc calibrate (interpreter), after fold-bn",
+                     "onnxruntime+fold": "qcc calibrate{engine=onnxruntime}, after fold-bn"}[mode]
             lines.append(f"| {name} | {label} | {spread(walls)} | {spread(cpus)} | {spread(ratios)} | {spread(cratios)} |")
         print("\n".join(lines[-3:]), flush=True)
     return [*lines, ""]
@@ -206,6 +215,8 @@ def part_workers(work: Path, samples: int, repeat: int) -> list[str]:
     calib = work / "calib.npz"
     np.savez(calib, **{input_name: random_input((samples, *dims[1:]), seed=0)})
     base = [sys.executable, "-m", "qcc", "compile", str(path), "--quantize", "int8", "--calib", str(calib), "-q"]
+    os.environ.clear()  # the compiles and the Dask workers run with compiled bytecode (bench/bytecode.py)
+    os.environ.update(compiled_env(work))
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     pids = [int(w.process.pid) for w in cluster.workers.values()]  # type: ignore[union-attr]
     configs = {"1 process": ["--workers", "1"], "--workers 2": ["--workers", "2"],

@@ -16,6 +16,8 @@ measures logits.
 Each qcc row's 'vs quantize_static' is quantize_static's time over qcc's for the same method and
 weight granularity (int8 against quantize_static's defaults), both measured in this run; with
 --repeat N each tool runs N times per config and the fastest run counts (the machine is shared).
+Both tools run with their Python bytecode compiled, as installed packages do (bench/bytecode.py:
+a development checkout run with PYTHONDONTWRITEBYTECODE would compile qcc's sources in every run).
 
 Run: .venv/bin/python bench/compare_ort_quant.py [--models digits,resnet50,densenet121]
      [--samples 8] [--eval-samples 16] [--runs 20] [--repeat 1] [--no-write]
@@ -39,6 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bytecode import compiled_env  # noqa: E402
 from bench.doc_section import DOC, replace_section  # noqa: E402
 from tests import ort_quant  # noqa: E402
 from tests.onnx_zoo import random_input, randomized_bytes  # noqa: E402
@@ -119,6 +122,10 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+ENV: dict[str, str] | None = None
+"""The timed processes' environment: compiled bytecode, as an installed package (bench/bytecode.py)."""
+
+
 def best_of(repeat: int, argv: list[str], log: Path) -> tuple[float, float]:
     """The fastest of `repeat` runs (wall seconds) and the largest peak RSS (MB)."""
     runs = [measured(argv, log) for _ in range(repeat)]
@@ -134,7 +141,7 @@ def measured(argv: list[str], log: Path) -> tuple[float, float]:
     stats = log.with_suffix(".rusage")
     with open(log, "w") as fh:
         code = subprocess.call([sys.executable, "-c", LAUNCHER, str(stats), *argv], stdout=fh,
-                               stderr=subprocess.STDOUT, cwd=ROOT)
+                               stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
     if code != 0:
         raise RuntimeError(f"{' '.join(argv)} failed; log: {log.read_text()[-2000:]}")
     wall, maxrss_kb = stats.read_text().split()
@@ -291,8 +298,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     args.load_at_start = os.getloadavg()[0]
     lines: list[str] = []
+    global ENV
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        ENV = compiled_env(work)
         lines += [import_baselines(work), ""]
         print(lines[0], flush=True)
         for name in args.models.split(","):

@@ -1,6 +1,6 @@
 """Post-training quantization where it breaks (issue 18): each technique's effect and its cost.
 
-    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed8,time] [--nets torchvision] [--no-write]
+    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time] [--nets torchvision] [--no-write]
 
 Models (tests/ptq_models.py, nothing downloaded): the MobileNetV2-style digits network (dead
 channels: folded depthwise ranges > 100x apart), torchvision's mobilenet_v2 with random weights
@@ -255,6 +255,66 @@ def w4a8_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
     return lines
 
 
+# ---------------------------------------------------------------- fixed4: 4-bit fixed-point weights
+
+
+def object_bytes(directory: Path, name: str) -> tuple[int, int]:
+    """(text + rodata, data + bss) of the model's object file built -Os: flash and static RAM."""
+    obj = directory / f"{name}.o"
+    subprocess.run(["gcc", "-std=c99", "-Os", "-ffp-contract=off", "-c", "-o", str(obj), str(directory / f"{name}.c")],
+                   check=True, capture_output=True)
+    text, data, bss = subprocess.run(["size", str(obj)], check=True, capture_output=True,
+                                     text=True).stdout.splitlines()[1].split()[:3]
+    return int(text), int(data) + int(bss)
+
+
+def fixed4_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> list[str]:
+    """fixed4 (4-bit fixed-point weights, FIXED8 activations) against fixed8 on nnabla-c-runtime's
+    arithmetic (.nnb and C share it): accuracy, SQNR, bit-exactness, and the C object's size."""
+    from qcc.backends.c import BACKEND as C_BACKEND
+
+    from qcc.sim.fixed import FixedRunner
+
+    lines = ["### fixed4: 4-bit fixed-point weights, FIXED8 activations (.nnb and C)", "",
+             "| net | scheme | rounding | top-1 (qcc sim) | logits SQNR (dB) | compile (s) | .nnb emulation == sim | "
+             "C (gcc) == sim | C object text (B) | C arena (B) |",
+             "|---|---|---|---:|---:|---:|---|---|---:|---:|"]
+    packed_models = {}
+    for name, files in nets.items():
+        reference = float_reference(files)
+        lines.append(row([name, "float", "-", ort_quant.top1(reference, files.labels), "-", "-", "-", "-", "-", "-"]))
+        for scheme, rounding, layout in (("fixed8", "nearest", "packed"), ("fixed4", "nearest", "packed"),
+                                         ("fixed4", "learned", "int8"), ("fixed4", "learned", "packed")):
+            nnb = work / f"f4_{name}.nnb"
+            model, _, seconds = compile_timed(files, nnb, 1, quantize=scheme, rounding=rounding)
+            top1, sqnr = sim_scores(model, files, reference)
+            nnb_emulation(nnb, files.x, model)  # asserts bit-exactness
+            c_dir = work / "f4c"
+            C_BACKEND.write(model, c_dir, C_BACKEND.make_options(weights4=layout))  # same rules as .nnb
+            x = files.x[:c_samples]
+            got = c_outputs(c_dir, x)
+            want = FixedRunner(model).run({model.graph.inputs[0].name: x})[model.graph.outputs[0].name]
+            exact = np.array_equal(got.view(np.uint32), want.reshape(len(x), -1).view(np.uint32))
+            text, _ = object_bytes(c_dir, "f4c")
+            arena = int((c_dir / "f4c.h").read_text().split("#define F4C_ARENA_SIZE ")[1].split()[0])
+            label = f"{scheme} ({'weights two a byte' if layout == 'packed' else 'weights int8'})" \
+                if scheme == "fixed4" else scheme
+            lines.append(row([name, label, rounding, top1, sqnr, seconds, f"yes ({len(files.x)} images)",
+                              f"{'yes' if exact else 'NO'} ({len(x)} images)", text, arena]))
+            packed_models[name] = model
+    lines += ["", "C option `unpack_bytes` (fixed4 learned, weights two a byte): most weights unpacked at once", "",
+              "| net | unpack_bytes | unpack calls | C object text (B) | C arena (B) |", "|---|---:|---:|---:|---:|"]
+    for name, model in packed_models.items():
+        for limit in (512, 2048, 4096, 1 << 30):
+            c_dir = work / "f4c"
+            C_BACKEND.write(model, c_dir, C_BACKEND.make_options(unpack_bytes=limit))
+            calls = (c_dir / "f4c.c").read_text().count("qcc_unpack4(") - 1
+            text, _ = object_bytes(c_dir, "f4c")
+            arena = int((c_dir / "f4c.h").read_text().split("#define F4C_ARENA_SIZE ")[1].split()[0])
+            lines.append(row([name, "whole layers" if limit == 1 << 30 else limit, calls, text, arena]))
+    return lines
+
+
 # ---------------------------------------------------------------- FIXED8 bias correction, .nnb and C
 
 
@@ -360,7 +420,7 @@ def time_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed8,time")
+    ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time")
     ap.add_argument("--c-samples", type=int, default=40, help="test images run through the C program")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--nets", default="", help="time section: only the nets whose name contains one of these "
@@ -376,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
                           test["labels"])
         words = [w for w in args.nets.split(",") if w]
         timed_mobilenet = "time" in wanted and (not words or any(w in "MobileNetV2-style digits" for w in words))
-        needs_mobilenet = {"mobilenet", "w4a8", "fixed8"} & set(wanted) or timed_mobilenet
+        needs_mobilenet = {"mobilenet", "w4a8", "fixed4", "fixed8"} & set(wanted) or timed_mobilenet
         mobilenet = mobilenet_files(work) if needs_mobilenet else None
         torchvision = torchvision_files(work) if {"torchvision", "time"} & set(wanted) else None
         nets = {"digits CNN": digits, **({"MobileNetV2-style digits": mobilenet} if mobilenet else {})}
@@ -387,6 +447,7 @@ def main(argv: list[str] | None = None) -> None:
             "torchvision": lambda: torchvision_section(torchvision, work),  # type: ignore[arg-type]
             "heavy": lambda: heavy_section(work),
             "w4a8": lambda: w4a8_section(nets, work),
+            "fixed4": lambda: fixed4_section(nets, work, args.c_samples),
             "fixed8": lambda: fixed8_section(nets, work, args.c_samples),
             "time": lambda: time_section(timed, work),
         }

@@ -1,4 +1,4 @@
-"""The `assign-fixed-point` pass: FIXED8/FIXED16 positions for every tensor (.nnb, C, QDQ).
+"""The `assign-fixed-point` pass: FIXED8/FIXED16 (and fixed4 weights) positions for every tensor (.nnb, C, QDQ).
 
 The target's fixed-point rules (`qcc.target.FixedPointRules`) come from the pass context
 (`ctx.target.fixed_point`, set by the driver from the target's constraints) unless the `rules`
@@ -9,7 +9,8 @@ option names a rule set; nnabla-c-runtime's (the .nnb and C targets) are the dem
    casts every operand to one type (`one_type_ops`: nnabla-c-runtime's Convolution) form one
    width class with their x, W, b and y, and conflicting overrides inside it are an error naming
    the tensors. So under those rules fixed8-16 stores convolution weights in 16 bits (noted in
-   the report); Dense (Affine) may mix.
+   the report); Dense (Affine) may mix. A 4-bit weight (fixed4, `weight_bits=4`) keeps 4 bits in
+   an 8-bit class: its values are FIXED8 values at the same position, so the class has one type.
 2. Position classes (same width only): ops that keep their input's values (views, Relu, MaxPool,
    Concat and the like: the `keeps_annotation` trait) carry their input's position (no
    requantization), a bias has its output's position, and the two inputs of `shared_input_ops`
@@ -69,7 +70,7 @@ from qcc.quant.fixedpoint import (
     param_fixed_point_position,
     position_errors,
 )
-from qcc.quant.numerics import fixed_bounds
+from qcc.quant.numerics import fixed_bounds, fixed_container_bits
 from qcc.quant.ranges import percentile
 from qcc.quant.stats import TensorStats
 from qcc.target import ANY_FIXED_POINT, NNABLA_C_RUNTIME, FixedPointRules
@@ -87,7 +88,8 @@ class AssignFixedPoint(Pass):
     requires = ("calibrate",)
 
     bits: Literal[8, 16] = attrs.field(default=8, metadata={"help": "activation (and default) width"})
-    weight_bits: Literal[8, 16] | None = attrs.field(default=None, metadata={"help": "weight width (none = bits)"})
+    weight_bits: Literal[4, 8, 16] | None = attrs.field(
+        default=None, metadata={"help": "weight width (none = bits; 4: fixed4, held as 8-bit by the runtime)"})
     method: RangeMethod = attrs.field(default="mse", metadata={"help": "activation position criterion on the histogram"})
     percentile: float = percentile_option()
     param_method: Literal["mse", "maxabs", "nnabla"] = attrs.field(
@@ -214,6 +216,9 @@ class _Assignment:
             width = next(iter(asked.values())) if asked else self.opts.bits
             for m in members:
                 widths[id(m)] = width
+                if _narrow_weight(m, width, default[id(m)], self._user_width(m)):
+                    widths[id(m)] = default[id(m)]  # 4-bit values are FIXED8 values: one type with the class
+                    continue
                 if width != FLOAT and m.is_const and default[id(m)] != width and self._user_width(m) is None:
                     note_once(ctx, "fixed_point", f"{m.name!r} stored in {width} bits: {ctx.target.target or 'the'} "
                               "target's convolutions need x, W, b and y of one type")
@@ -308,7 +313,7 @@ class _Assignment:
                 x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
                 if x is None or w is None or any(id(v) not in classes.parent for v in (x, w, y)):
                     continue
-                if len({widths[id(x)], widths[id(w)], widths[id(y)]}) != 1:
+                if len({fixed_container_bits(widths[id(v)]) for v in (x, w, y)}) != 1:
                     continue  # mixed types run nnabla-c-runtime's generic float kernel: no shift
                 rx, rw, ry = classes.find(x), classes.find(w), classes.find(y)
                 if not all(r in position for r in (rx, rw, ry)):
@@ -375,6 +380,11 @@ def _accumulating_position(stats: TensorStats, bits: int, partial_sums: int, lo:
         return fixed_point_position(stats, bits, "mse", rounding="trunc", min_frac=lo, max_frac=hi)
     fracs = np.array(cands)
     return int(fracs[int(np.argmin(position_errors(stats, bits, fracs, "trunc", partial_sums)))])
+
+
+def _narrow_weight(value: Value, width: int, default: int, user: int | None) -> bool:
+    """A weight whose default width (fixed4's 4 bits) the runtime holds in the class's 8-bit type."""
+    return value.is_const and user is None and width != FLOAT and default < width == fixed_container_bits(default)
 
 
 def _width_text(width: int) -> str:

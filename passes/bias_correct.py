@@ -52,6 +52,7 @@ from qcc.passes.quantutil import (
     commutes_with_channel_scale,
     has_weight,
     is_view,
+    original_parameters,
     param_data,
     register_refinement,
 )
@@ -209,7 +210,8 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             reference[id(value)] = array
 
     if kept is None:
-        Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
+        with original_parameters(model):  # the float model's: not learned-rounding's weights and bias shift
+            Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
     for layer in layers:  # a layer without a bias gets a zero one, so the runner stores it
         ensure_bias(model.graph, layer)
     shifts: dict[int, np.ndarray] = {}
@@ -264,9 +266,11 @@ def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
 
 
 def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
-    """The layer in float (float weights and bias) on input x."""
+    """The layer in float (float weights and bias, as they were before learned-rounding) on input x."""
     bias = _bias(layer)
-    params = [param_data(layer_weight(layer)), *([bias.const] if bias is not None else [])]
+    weight = layer_weight(layer)
+    params = [weight.meta.get("weight_before_rounding", param_data(weight)),
+              *([bias.meta.get("bias_before_rounding", bias.const)] if bias is not None else [])]
     return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
 
 

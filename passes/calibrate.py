@@ -2,8 +2,8 @@
 
 Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
 runs through the reference interpreter, an observer folds every float activation into a
-fixed-size `TensorStats` (qcc.quant.stats) and the interpreter frees the batch's tensors as it
-goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
+fixed-size `TensorStats` (qcc.quant.stats), on its own thread while the next activation is
+computed, and the interpreter frees the batch's tensors as it goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
 `Calibration` that merges exactly with another one (other batches, other workers), valid until a
 pass changes the graph without preserving it (statistics of a graph that fold-bn has since
 changed are never used).
@@ -11,6 +11,7 @@ changed are never used).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -30,6 +31,7 @@ from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
+from qcc.sim.background import BackgroundObserver
 
 
 def _positive(name: str) -> Any:
@@ -163,7 +165,8 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
     model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
-    (same tensors by name, one batch of outputs alive at a time). `rebatch`: a model whose batch
+    (same tensors by name; one batch's outputs binned while the next batch runs: two alive at
+    most). Either way the binning runs on a thread of its own (qcc.sim.background). `rebatch`: a model whose batch
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
     bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).
@@ -187,7 +190,7 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
     small = _Run(model, num_bins, engine, pre_bias)
     big = _Run(wide, num_bins, engine, pre_bias) if wide is not None else None
     size = _batch_of(wide) if wide is not None else 0
-    with progress_bar(total, "calibrate", progress) as bar:
+    with progress_bar(total, "calibrate", progress) as bar, _closing(small, big):
         for feeds in (_regroup(batches, size) if big is not None else batches):
             done = samples_in(model, feeds)
             if keeper is not None and big is None:
@@ -204,7 +207,17 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
             small.observer.keeper = keeper = None
             if bar:
                 bar(done)
-    return big.result().merge(small.result()) if big is not None else small.result()
+        return big.result().merge(small.result()) if big is not None else small.result()
+
+
+@contextlib.contextmanager
+def _closing(*runs: _Run | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for run in runs:
+            if run is not None:
+                run.close()
 
 
 def collect_sharded(model: Model, feeds: dict[str, np.ndarray], batch: int, workers: Workers,
@@ -254,18 +267,30 @@ class _Run:
         self.model, self.num_bins, self.engine = model, num_bins, engine
         self.observer = _Observer(model, num_bins, pre_bias)
         self.runner: Runner | None = None
+        self.background: BackgroundObserver | None = None
         self.samples = 0
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> None:
         if self.runner is None:
             observed = list(self.observer.tracked.values())
-            self.runner = (_ort_runner(self.model, observed, self.observer) if self.engine == "onnxruntime"
-                           else _qcc_runner(self.model, self.observer))
-        self.observer.batch_counts.clear()
+            # onnxruntime hands over a whole batch at once: room for it, binned while the next batch runs
+            depth = len(observed) + 1 if self.engine == "onnxruntime" else 4
+            self.background = BackgroundObserver(self.observer, depth)
+            self.runner = (_ort_runner(self.model, observed, self.background) if self.engine == "onnxruntime"
+                           else _qcc_runner(self.model, self.background))
+        assert self.background is not None
+        self.background.call(self.observer.batch_counts.clear)  # in order with the observations
         self.runner(feeds)
         self.samples += samples_in(self.model, feeds)
 
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
+            self.background = None
+
     def result(self) -> Calibration:
+        if self.background is not None:
+            self.background.drain()
         return Calibration(self.observer.finish(), self.samples)
 
 

@@ -1,5 +1,8 @@
 """The `learned-rounding` pass: AdaRound on every quantized Conv / Dense weight (qcc.quant.adaround).
 
+Affine weights (int4/uint4 W4A8, int8) learn on their scale and zero point; fixed-point weights
+(fixed4's 4-bit, fixed8) on the step 2**-frac, zero point 0, clipped to the width's range.
+
 Runs after the annotation pass. Calibration data runs through the float model and the quantized
 one (as `run_model(quantized=True)` runs it) batch by batch; at each layer the Gram matrices of
 its float and quantized inputs are accumulated, then each weight's floor-or-ceil choice is

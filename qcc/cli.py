@@ -68,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-bias-correct", dest="bias_correct", action="store_false",
                    help="no bias correction (on for every calibrated scheme)")
     c.add_argument("--rounding", default=None, choices=ROUNDINGS,
-                   help="weight rounding: nearest, or learned (AdaRound; default for int4/uint4)")
+                   help="weight rounding: nearest, or learned (AdaRound; default for the 4-bit weights of "
+                        "int4/uint4/fixed4)")
     c.add_argument("--max-accuracy-drop", type=float, default=None, metavar="X",
                    help="promote sensitive layers (16-bit, then float) until top-1 on --eval drops <= X (0.01)")
     c.add_argument("--workers", type=int, default=1, metavar="N",

@@ -35,7 +35,7 @@ from qcc.pm.parallel import Workers
 from qcc.pm.spec import PassSpec
 from qcc.target import Backend, as_backend
 
-SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "binary-weight",
+SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "fixed4", "binary-weight",
            "binary-connect")
 METHODS = ("auto", "minmax", "percentile", "entropy", "mse")
 ROUNDINGS = ("nearest", "learned")
@@ -69,7 +69,7 @@ class CompileOptions:
     force: bool = False  # let a directory output replace a directory qcc did not write (qcc.outputs)
     equalize: bool = True  # cross-layer equalization where the scheme has per-tensor weight scales
     bias_correct: bool = True
-    rounding: str | None = None  # None: the scheme's default (learned for int4/uint4)
+    rounding: str | None = None  # None: the scheme's default (learned for int4/uint4/fixed4)
     max_accuracy_drop: float | None = None
     metric: Callable[..., float] | None = None  # API only: metric(predict) -> score, for max_accuracy_drop
     progress: bool | None = None  # progress bars on stderr (None: when it is a terminal)

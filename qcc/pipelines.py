@@ -4,7 +4,7 @@
 |---|---|
 | none | (empty) |
 | int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate{pre_bias=false, [reference=16]}, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
-| fixed8, fixed16, fixed8-16 | fold-bn, [apply-overrides], [equalize], calibrate{[reference=16]}, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
+| fixed8, fixed16, fixed8-16, fixed4 | fold-bn, [apply-overrides], [equalize], calibrate{[reference=16]}, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
 The scheme's pipeline does not depend on the target: what a target requires (nnabla-c-runtime's
@@ -22,7 +22,7 @@ load). --method defaults to auto (per tensor, the least-error range or position,
 nothing needs clipping). equalize runs where one scale or position covers every channel of a
 weight (per-tensor and fixed point) unless --no-equalize; bias-correct runs unless
 --no-bias-correct; learned-rounding with --rounding learned, the default for the 4-bit weights
-of int4/uint4 (W4A8); accuracy-control with --max-accuracy-drop. check-fixed-point (a warning
+of int4/uint4 (W4A8) and fixed4; accuracy-control with --max-accuracy-drop. check-fixed-point (a warning
 line when the fixed-point outputs are far from float) ends the fixed-point pipelines.
 """
 
@@ -34,13 +34,15 @@ from typing import Any
 from qcc.errors import UnsupportedError, UsageError
 from qcc.quant.biascorr import SAMPLES
 
-CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16")
+CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "fixed4")
 AFFINE = {"int8": ("int8", None), "uint8": ("uint8", None), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
 """affine scheme -> (activation dtype, weight dtype: None for quantize-affine's default, int8, as
 ONNX Runtime's quantize_static stores weights next to uint8 activations)"""
-LEARNED_BY_DEFAULT = ("int4", "uint4")
+LEARNED_BY_DEFAULT = ("int4", "uint4", "fixed4")
 """4-bit weights need learned rounding (Nagel et al. 2020: ResNet18 W4A8 23.99% nearest, 68.71% learned)."""
-FIXED = {"fixed8": (8, 8), "fixed16": (16, 16), "fixed8-16": (16, 8)}
+FIXED = {"fixed8": (8, 8), "fixed16": (16, 16), "fixed8-16": (16, 8), "fixed4": (8, 4)}
+"""fixed-point scheme -> (activation bits, weight bits); fixed4's 4-bit weights (-8..7 * 2**-frac)
+are stored in the runtime's 8-bit type where it has no 4-bit one (.nnb), packed two a byte in C."""
 
 
 def default_method(scheme: str) -> str:

@@ -26,6 +26,9 @@ def write_settings(model: str, out: str, calib: Any = None, quantize: str = "fix
         raise UsageError(f"{model}: qcc settings writes nnabla's settings.yaml for an .nnp model")
     if calib is None and method is not None:
         raise UsageError("--method has no effect without --calib")
+    if calib is not None and FIXED.get(quantize, (8, 8))[1] < 8:
+        raise UsageError(f"--quantize {quantize}: settings.yaml has no 4-bit type (nnabla's converter would round "
+                         "the weights to FIXED8); compile the .nnb with qcc instead")
     from qcc.outputs import check_outputs
 
     check_outputs(out, None, {"model": model, "calibration data": calib})  # never over an input, before any work

@@ -168,20 +168,32 @@ def test_sharded_sensitivity_ranking_is_identical(model_file: Path, data: dict[s
 
 
 def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: dict[str, np.ndarray],
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same statistics, shifts and ranking; the weights reach the workers once, however many
+    shards and passes hold them (here every array of 1 KB or more travels by scatter: w2)."""
     distributed = pytest.importorskip("distributed")
+    from qcc.pm import cluster as dask_jobs
+
+    monkeypatch.setattr(dask_jobs, "SHARED_BYTES", 1024)
     model = load(str(model_file))
+    weight = next(v.const for v in model.graph.constants if v.const is not None and v.const.nbytes >= 1024)
     single = collect(model, data, 1, rebatch=4).to_dict()
     ranking = sensitivity_run(model_file, data, tmp_path / "one.onnx")
     quantized = quantized_batches(model_file, data)
     shifts = own_errors(*quantized)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        workers = Workers(cluster=cluster.scheduler_address)
-        assert workers.slots() == 2
-        assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
-        assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
-        sharded = own_errors(*quantized, workers)
-        assert len(sharded) == 3 and all(np.array_equal(shifts[k], v) for k, v in sharded.items())
+        try:
+            workers = Workers(cluster=cluster.scheduler_address)
+            assert workers.slots() == 2
+            assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
+            session = dask_jobs.session(cluster.scheduler_address)
+            assert session.sent_bytes == weight.nbytes  # both shards' weight, scattered once
+            sharded = own_errors(*quantized, workers)  # another model object, the same weight
+            assert session.sent_bytes == weight.nbytes
+            assert len(sharded) == 3 and all(np.array_equal(shifts[k], v) for k, v in sharded.items())
+            assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
+        finally:
+            dask_jobs.close_sessions()
 
 
 def accuracy_run(tmp_path: Path, name: str, max_drop: float, **kwargs: Any) -> tuple[Any, Any, bytes]:

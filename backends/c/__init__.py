@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from qcc.backends.c.emit import Generated, file_names, generate
@@ -31,6 +31,13 @@ class COptions:
     isa: Literal["portable", "dot8"] = attrs.field(
         default="portable", metadata={"help": "affine int8 dot products: portable (int16 products, pmaddwd/SMLAD) "
                                       "or dot8 (uint8 x int8, for CPUs with VNNI / Arm DOTPROD)"})
+    weights4: Literal["packed", "int8"] = attrs.field(
+        default="packed", metadata={"help": "fixed4's 4-bit weights: two a byte (half the flash, unpacked into the "
+                                    "arena's end before use) or int8"})
+    unpack_bytes: int = attrs.field(
+        default=2048, validator=attrs.validators.ge(1),
+        metadata={"help": "weights4=packed: most weights unpacked at once (a layer runs in slices of output "
+                  "channels; at least one channel or group)"})
 
 
 class CBackend(Backend):
@@ -78,11 +85,15 @@ class CBackend(Backend):
         """
         target = Path(out)
         check_generated_names(str(target), self.file_names(target, options))
-        generated = generate(model, options.name or target.name or "model", isa=options.isa)
+        generated = generate(model, options.name or target.name or "model", isa=options.isa,
+                             weights4=options.weights4, unpack_bytes=options.unpack_bytes)
         with atomic_directory(target) as tmp:
             for filename, text in generated.files.items():
                 (tmp / filename).write_text(text)
-        return WriteResult(summary={"float_islands": list(generated.float_islands)} if generated.float_islands else {})
+        summary: dict[str, list[Any]] = {"float_islands": list(generated.float_islands)} if generated.float_islands else {}
+        if generated.notes:
+            summary["notes"] = list(generated.notes)
+        return WriteResult(summary=summary)
 
     def file_names(self, out: str | os.PathLike[str], options: COptions | None = None) -> list[str]:
         """What the output directory will hold: the sources and what its Makefile builds there."""

@@ -1,4 +1,5 @@
-"""Element types of the generated C: float32, signed 8/16-bit fixed point, affine int8/uint8."""
+"""Element types of the generated C: float32, signed 8/16-bit fixed point (fixed4's 4-bit weights
+in int8_t: C has no smaller type; `modes.fixed` packs them two a byte), affine int8/uint8."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import attrs
 import numpy as np
 
 from qcc.ir.types import Affine, FixedPoint
-from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
+from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds, fixed_container_bits
 
 
 @attrs.frozen
@@ -26,7 +27,7 @@ class CType:
     def bits(self) -> int:
         if self.affine is not None:
             return 8 * int(self.affine.storage_bytes())
-        return self.fixed.bits if self.fixed is not None else 32
+        return fixed_container_bits(self.fixed.bits) if self.fixed is not None else 32
 
     @property
     def name(self) -> str:
@@ -34,7 +35,7 @@ class CType:
             return "int32_t"
         if self.affine is not None:
             return f"{self.affine.dtype}_t"
-        return "float" if self.fixed is None else f"int{self.fixed.bits}_t"
+        return "float" if self.fixed is None else f"int{self.bits}_t"
 
     @property
     def suffix(self) -> str:
@@ -42,7 +43,7 @@ class CType:
             return "idx"
         if self.affine is not None:
             return "q" + self.affine.dtype.replace("int", "")
-        return "f32" if self.fixed is None else f"i{self.fixed.bits}"
+        return "f32" if self.fixed is None else f"i{self.bits}"
 
     @property
     def size(self) -> int:

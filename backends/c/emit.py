@@ -9,6 +9,7 @@ from qcc.backends.c.ctype import comment_text, string_literal
 from qcc.backends.c.kernels import movement as KM
 from qcc.backends.c.lower import (
     MAX_RANK,
+    UNPACKED,
     Arg,
     Call,
     Lowering,
@@ -37,6 +38,8 @@ class Generated:
     arena_bytes: int
     float_islands: tuple[dict[str, str], ...] = ()
     """Nodes an integer mode computes in float32 between its stored tensors (report lines)."""
+    notes: tuple[str, ...] = ()
+    """How 4-bit weights are stored (report line)."""
 
 
 def file_names(name: str) -> list[str]:
@@ -47,14 +50,19 @@ def file_names(name: str) -> list[str]:
     return [f"{ident}.h", f"{ident}.c", "main.c", "Makefile", "main.o", f"{ident}.o", "model", MARKER]
 
 
-def generate(model: Model, name: str, isa: str = "portable") -> Generated:
+def generate(model: Model, name: str, isa: str = "portable", weights4: str = "packed",
+             unpack_bytes: int = 2048) -> Generated:
     """All sources for one model; raises UnsupportedError before producing anything partial.
 
     `isa` "dot8" writes the affine dot products as uint8 x int8 (one vpdpbusd / SDOT per four
     products where the CPU has one); without such an instruction compilers widen both operands
-    per product, so the portable default keeps int16 products of inputs widened once."""
+    per product, so the portable default keeps int16 products of inputs widened once. `weights4`
+    "packed" stores 4-bit weights two a byte, unpacked into the arena's tail (at most
+    `unpack_bytes` of them, a slice of a layer's output channels, at a time) before they are used;
+    "int8" stores one a byte."""
     ident = c_identifier(name).lower()
-    lw = Lowering(model, numeric_mode(model), dot8=isa == "dot8")
+    lw = Lowering(model, numeric_mode(model), dot8=isa == "dot8", pack4=weights4 == "packed",
+                  unpack_limit=unpack_bytes)
     stored = [*model.graph.inputs, *(v for n in model.graph.nodes for v in n.outputs)]
     align = max(lw.ctype(v).size for v in stored) if stored else 4
 
@@ -65,16 +73,31 @@ def generate(model: Model, name: str, isa: str = "portable") -> Generated:
     body = _run_body(model, lw, lay, nbytes)
     lw.kernels.prune("\n".join(body))
     arena_ctype = f"int{8 * align}_t" if lw.mode.integer else "float"
+    tail = -(-lay.plan.total // align) * align  # the unpacked 4-bit weights of one layer, after the plan
+    arena = tail + lw.unpack_bytes if lw.unpack_bytes else lay.plan.total
+    unpacked = [f"#define {UNPACKED} ((int8_t *)(void *)(a + {tail}))", ""] if lw.unpack_bytes else []
     files = {
-        f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align),
-        f"{ident}.c": _source(model, lw, ident, body),
+        f"{ident}.h": _header(model, lw, ident, lay, arena_ctype, align, arena),
+        f"{ident}.c": _source(model, lw, ident, body, unpacked),
         "main.c": MAIN.replace("NAME", ident).replace("UPPER", ident.upper()),
         "Makefile": MAKEFILE.replace("NAME", ident),
     }
     islands = tuple({"node": s.node.name, "op": s.node.op, "reason": f"computed in float32 between "
                      f"{lw.mode.name} tensors (dequantized, float32 kernel, quantized)"}
                     for s in lw.steps if lw.mode.computes_in_float(s.node))
-    return Generated(files, ident, lw.mode.name, lay, lay.plan.total, islands)
+    return Generated(files, ident, lw.mode.name, lay, arena, islands, _weights4_notes(lw))
+
+
+def _weights4_notes(lw: Lowering) -> tuple[str, ...]:
+    if not lw.weights4:
+        return ()
+    count, stored = sum(c for c, _ in lw.weights4), sum(b for _, b in lw.weights4)
+    if lw.pack4:
+        return (f"{count} 4-bit weights of {len(lw.weights4)} layers stored two a byte ({stored} bytes; int8 "
+                f"would take {count}); unpacked {lw.unpack_bytes} bytes at most at a time (option unpack_bytes: a "
+                "slice of a layer's output channels) at the arena's end before they are used",)
+    return (f"{count} 4-bit weights of {len(lw.weights4)} layers stored one a byte as int8 ({stored} bytes; "
+            "option weights4=packed halves that, for an arena larger by up to unpack_bytes)",)
 
 
 def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value], int]) -> list[str]:
@@ -83,6 +106,8 @@ def _run_body(model: Model, lw: Lowering, lay: Layout, nbytes: Callable[[Value],
     def resolve(arg: Arg, node: Node | None) -> str:
         if isinstance(arg, str):
             return arg
+        if arg.plus:
+            return f"({resolve(Ptr(arg.value), node)} + {arg.plus})"
         value = arg.value
         target = redirect.get(id(value))
         if target is not None:
@@ -164,7 +189,7 @@ def _tensor_macros(prefix: str, kind: str, values: list[Value], mode: NumericMod
     return out
 
 
-def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: str, align: int) -> str:
+def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: str, align: int, arena: int) -> str:
     up = ident.upper()
     graph = model.graph
     ins, outs = graph.inputs, graph.outputs
@@ -197,8 +222,9 @@ def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: st
         *_tensor_macros(up, "OUTPUT", outs, lw.mode),
         "",
         f"typedef {arena_ctype} {ident}_arena_t;",
-        f"#define {up}_ARENA_SIZE {max(lay.plan.total, 1)} /* bytes; planned by {lay.source}, lower bound "
-        f"{lay.plan.lower_bound}, no reuse {lay.naive} */",
+        f"#define {up}_ARENA_SIZE {max(arena, 1)} /* bytes; planned by {lay.source}, lower bound "
+        f"{lay.plan.lower_bound}, no reuse {lay.naive}"
+        + (f"; then {lw.unpack_bytes} for one layer's unpacked 4-bit weights" if lw.unpack_bytes else "") + " */",
         f"#define {up}_ARENA_ALIGN {align}",
         "",
         f"int {ident}_run(const float *in, float *out);",
@@ -214,7 +240,7 @@ def _header(model: Model, lw: Lowering, ident: str, lay: Layout, arena_ctype: st
     return "\n".join(lines)
 
 
-def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
+def _source(model: Model, lw: Lowering, ident: str, body: list[str], unpacked: list[str]) -> str:
     up = ident.upper()
     head = [
         f"/* {ident}.c: generated by qcc {__version__} (target c) from model \"{comment_text(model.graph.name)}\". "
@@ -230,7 +256,7 @@ def _source(model: Model, lw: Lowering, ident: str, body: list[str]) -> str:
                  '#error "bit-exact integer code needs float arithmetic in float (FLT_EVAL_METHOD == 0)"',
                  "#endif", "#ifdef __FAST_MATH__",
                  '#error "bit-exact integer code needs float arithmetic as written (no -ffast-math)"', "#endif"]
-    head += ["", f'#include "{ident}.h"', "", f"#define QCC_MAX_RANK {MAX_RANK}", ""]
+    head += ["", f'#include "{ident}.h"', "", f"#define QCC_MAX_RANK {MAX_RANK}", "", *unpacked]
     run = [
         f"int {ident}_run_with_arena(const float *in, float *out, void *arena)",
         "{",

@@ -21,6 +21,8 @@ from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import all_ops, op_has
 
 MAX_RANK = 6
+UNPACKED = "QCC_UNPACKED"
+"""The macro naming the arena's tail that holds one layer's unpacked 4-bit weights."""
 
 
 @attrs.frozen
@@ -28,6 +30,8 @@ class Ptr:
     """A tensor's data pointer, resolved once the arena plan is known."""
 
     value: Value
+    plus: int = 0
+    """Elements past the tensor's start (a slice of channels: fixed4's packed layers)."""
 
 
 Arg = str | Ptr
@@ -177,11 +181,20 @@ class NumericMode:
 class Lowering:
     """Walks the graph once; collects kernels, constant arrays, parameter structs and steps."""
 
-    def __init__(self, model: Model, mode: NumericMode, dot8: bool = False) -> None:
+    def __init__(self, model: Model, mode: NumericMode, dot8: bool = False, pack4: bool = True,
+                 unpack_limit: int = 2048) -> None:
         self.model = model
         self.mode = mode
         self.dot8 = dot8
         """Affine dot products as uint8 x int8 (target option isa=dot8) rather than int16 x int16."""
+        self.pack4 = pack4
+        """4-bit weights two a byte, unpacked into the arena's tail before their layer (option weights4)."""
+        self.unpack_limit = unpack_limit
+        """Most weights unpacked at once: a larger layer runs in slices of output channels."""
+        self.unpack_bytes = 0
+        """Size of that tail: the largest slice's weights as int8."""
+        self.weights4: list[tuple[int, int]] = []
+        """(4-bit weights, bytes stored) per layer: the report line."""
         self.kernels = KernelSet()
         self.consts: dict[int, ConstArray] = {}
         self.defs: list[str] = []
@@ -217,6 +230,11 @@ class Lowering:
             self.consts[id(value)] = arr
             self.defs.append(format_array(arr))
         return self.consts[id(value)].name
+
+    def unpacked(self, count: int) -> str:
+        """Where `count` unpacked 4-bit weights go: the arena's tail (`UNPACKED`, defined by the emitter)."""
+        self.unpack_bytes = max(self.unpack_bytes, count)
+        return UNPACKED
 
     def operand(self, value: Value, node: Node) -> Arg:
         return self.const(value, node) if value.const is not None else Ptr(value)

@@ -10,14 +10,15 @@ from qcc.ir.core import Node
 from qcc.ir.ops._common import attr_list
 
 
-def conv_params(lw: Lowering, node: Node) -> str:
-    """The qcc_conv_t of a Conv; a pointwise one is one long row (longer inner loops)."""
+def conv_params(lw: Lowering, node: Node, channels: tuple[int, int, int] | None = None) -> str:
+    """The qcc_conv_t of a Conv; a pointwise one is one long row (longer inner loops). `channels`
+    (inputs, outputs, groups) describes a slice of its channels instead of all of them."""
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     xs, ys = static_shape(x), static_shape(y)
     s, p, d = node.attrs["strides"], node.attrs["pads"], node.attrs["dilations"]
     o, _, kh, kw = static_shape(w)
-    geom = [xs[0], xs[1], xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1],
-            node.attrs["group"]]
+    c, o, group = channels or (xs[1], o, node.attrs["group"])
+    geom = [xs[0], c, xs[2], xs[3], o, ys[2], ys[3], kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], group]
     if (kh, kw, *s, *p) == (1, 1, 1, 1, 0, 0, 0, 0):
         geom[2:4], geom[5:7] = [1, xs[2] * xs[3]], [1, ys[2] * ys[3]]
     return lw.struct("qcc_conv_t", f"qcc_p_{node.name}", geom)

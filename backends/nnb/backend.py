@@ -16,6 +16,7 @@ import attrs
 from qcc.errors import UsageError
 from qcc.io import atomic_write_bytes
 from qcc.ir.core import Model
+from qcc.ir.types import FixedPoint
 from qcc.pm.base import Pass
 from qcc.runtimes.base import EXACT, FLOAT, Runtime
 from qcc.target import NNABLA_C_RUNTIME, Backend, Constraints, WriteResult, is_quantized
@@ -74,7 +75,7 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
         own = _buffer_bytes(nnb)
         return NnbResult(nnb, data, None, plan, "nnabla", own, own, 0, _param_bytes(nnb))
     program = check_legal(model, batch)
-    notes = program.notes
+    notes = [*program.notes, *widened_weights_note(model)]
     buffers = plan_buffers(program, nnb_version, external_assignment(model))
     reference: BufferPlan = nnabla_plan(program, nnb_version)
     nnb = assemble(program, buffers, nnb_version, level, table)
@@ -82,6 +83,16 @@ def build_nnb(model: Model, nnb_version: int = 3, api: int = 44, plan: str = "qc
     unit = 4 if nnb_version == 2 else 1
     return NnbResult(nnb, data, program, plan, buffers.method, buffers.total_bytes, reference.total_bytes,
                      buffers.lower_bound * unit, _param_bytes(nnb), tuple(notes))
+
+
+def widened_weights_note(model: Model) -> list[str]:
+    """The report line for fixed4's 4-bit weights, which .nnb stores as FIXED8 (exact)."""
+    narrow = [v for v in model.graph.values() if v.is_const and isinstance(v.quant, FixedPoint) and v.quant.bits == 4]
+    if not narrow:
+        return []
+    count = sum(int(v.const.size) for v in narrow if v.const is not None)
+    return [f"{count} weights of {len(narrow)} tensors are 4-bit fixed point (fixed4), stored as FIXED8 at the "
+            "same position: .nnb has no 4-bit type; exact, the values fit"]
 
 
 def _buffer_bytes(nnb: NnbFile) -> int:

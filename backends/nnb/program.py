@@ -67,6 +67,8 @@ def storage_of(value: Value, what: str = "") -> Storage:
     if isinstance(quant, Affine):
         quant = _affine_as_fixed(quant, where)
     if isinstance(quant, FixedPoint):
+        if quant.bits == 4 and value.is_const:  # fixed4 weights: -8..7 are FIXED8 values at the same position
+            quant = FixedPoint(8, quant.frac)
         if quant.bits not in (8, 16):
             raise UnsupportedError(f"{where}: .nnb has FIXED8 and FIXED16, not {quant.bits}-bit fixed point")
         if not 0 <= quant.frac <= MAX_FP_POS:

@@ -36,6 +36,7 @@ SCHEME_WIDTHS: dict[str, SchemeWidths] = {
     "fixed8": SchemeWidths(1, 1, 1, 1),
     "fixed16": SchemeWidths(2, 2, 2, 2),
     "fixed8-16": SchemeWidths(2, 1, 1, 1),
+    "fixed4": SchemeWidths(1, 1, 1 / 2, 1),  # 4-bit fixed-point weights, two a byte (target c)
     "int8": SchemeWidths(1, 1, 1, 4),
     "uint8": SchemeWidths(1, 1, 1, 4),
     "int4": SchemeWidths(1, 1, 1 / 2, 4),  # W4A8: two 4-bit weights a byte

@@ -41,6 +41,13 @@ def fixed_bounds(bits: int) -> tuple[int, int]:
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
+def fixed_container_bits(bits: int) -> int:
+    """The width of the integer type `bits`-bit fixed point computes in: fixed4's 4-bit weights in
+    8 bits (nnabla-c-runtime has no 4-bit type; -8..7 fit in FIXED8 at the same position, so every
+    kernel computes exactly what it computes for FIXED8 weights holding those values)."""
+    return 8 if bits <= 8 else 16 if bits <= 16 else 32
+
+
 def _fixed_storage(bits: int) -> np.dtype:
     return np.dtype(np.int8 if bits <= 8 else np.int16 if bits <= 16 else np.int32)
 

@@ -8,7 +8,8 @@ arithmetic and the .nnb backend relies on nnabla-c-runtime doing it, so every ru
 of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runtime's sources):
 
 - Parameters are quantized once, rounding half to even (nnabla's converter); graph inputs too.
-- Dedicated integer kernels (every operand FixedPoint, 8 or 16 bits): Conv (sum per input channel
+- Dedicated integer kernels (every operand FixedPoint, 8 or 16 bits; a Conv/Dense weight may be
+  4-bit, fixed4, which the runtime holds as FIXED8 at the same position): Conv (sum per input channel
   in int64, truncated by 2**(fx+fw-fy) toward zero, added to the running output with saturation,
   then the bias with the runtime's saturating add), Dense (one truncation of the int64 sum), Max/
   Avg/GlobalAvg/GlobalMax pooling, Relu, Add/Sub/Mul (the coarser input position wins), Div,
@@ -41,7 +42,7 @@ from qcc.ir.ops._common import windows
 from qcc.ir.ops.nn import pool_windows
 from qcc.ir.registry import get_schema, op_has
 from qcc.ir.types import FixedPoint
-from qcc.quant.numerics import fixed_bounds
+from qcc.quant.numerics import fixed_bounds, fixed_container_bits
 from qcc.sim.engine import NodeKernel, Observer, Runner
 
 F32 = np.float32
@@ -180,9 +181,12 @@ def dedicated_problem(node: Node) -> str | None:
         operands = [fixed_of(v) for v in ins[:count]] + [fixed_of(v) for v in node.outputs]
         if any(f is None for f in operands):
             return "an operand is not fixed point"
-        if any(f.bits not in (8, 16) for f in operands if f is not None):
-            return "fixed point other than 8 or 16 bits"
-        if node.op in SAME_BITS_OPS and len({f.bits for f in operands if f is not None}) > 1:
+        index = get_schema(node.op).weight_input
+        weight = node.inputs[index] if index is not None and index < len(node.inputs) else None
+        narrow = [v is weight and v.is_const for v in ins[:count]] + [False] * len(node.outputs)
+        if any(f.bits not in (8, 16) and not (ok and f.bits == 4) for f, ok in zip(operands, narrow) if f is not None):
+            return "fixed point other than 8 or 16 bits (4 only for a constant weight)"
+        if node.op in SAME_BITS_OPS and len({fixed_container_bits(f.bits) for f in operands if f is not None}) > 1:
             return "operands of different bit widths"
         return None
     return "no integer kernel for this op"

@@ -5,7 +5,9 @@ Ops with an integer kernel in the simulator (`fx.dedicated_problem` is None) get
 kernel; LeakyRelu, Clip, Sigmoid, Tanh, HardSwish, PRelu, Relu of mixed widths, Softmax and
 BatchNorm compute in float32 between the runtime's getter and setter; nearest Resize, DepthToSpace,
 SpaceToDepth, Slice and Split move stored values; every other op the float mode lowers has no
-bit-exact fixed-point kernel and is refused.
+bit-exact fixed-point kernel and is refused. fixed4's 4-bit Conv/Dense weights run on the 8-bit
+kernels; stored two a byte (option weights4=packed), each layer unpacks them, a slice of output
+channels at a time, into the arena's end (`Lowering.unpacked`) and runs its kernel per slice.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _epilogue(lw: Lowering, node: Node) -> tuple[KC.Epilogue, list[Arg]]:
 def _conv(lw: Lowering, node: Node) -> Step:
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     b = node.inputs[2] if len(node.inputs) > 2 else None
-    params = conv_params(lw, node)
+    sliced = _is4(w) and lw.pack4  # parameter structs per slice, below
+    params = "" if sliced else conv_params(lw, node)
     require_dedicated(lw, node)
     if w.const is None:
         raise lw.unsupported(node, "weights must be constant")
@@ -105,11 +108,77 @@ def _conv(lw: Lowering, node: Node) -> Step:
     ep, extra = _epilogue(lw, node)
     if KC.is_depthwise(stored.shape, node.attrs["group"]):
         fn = KC.depthwise(lw.kernels, cx, cw, cy, ep, "fixed", taps, n)
-        weights = lw.const(w, node)
     else:
         fn = KC.conv_fixed(lw.kernels, cx, cw, cy, ep, taps, n)
-        weights = lw.const(w, node)
-    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, rescale, *extra))])
+    if not _is4(w):
+        return Step(node, [Call(fn, (Ptr(x), lw.const(w, node), bias, Ptr(y), params, rescale, *extra))])
+    packed = _weights4(lw, w, stored, f"qcc_w_{node.name}", w.name)
+    if not sliced:
+        return Step(node, [Call(fn, (Ptr(x), packed, bias, Ptr(y), params, rescale, *extra))])
+    calls = []
+    xs, ys = static_shape(x), static_shape(y)
+    group, (o, cg) = int(node.attrs["group"]), stored.shape[:2]
+    per_group = (o // group) * cg * taps  # weights of one group's output channels
+    # one sample per call: a slice of output channels (whole groups) reads and writes contiguous
+    # runs of x and y; with a static batch > 1 the layer unpacks whole
+    whole = xs[0] != 1 or o * cg * taps <= lw.unpack_limit
+    step = o if whole else (max(1, lw.unpack_limit // (cg * taps)) if group == 1 else
+                            max(1, lw.unpack_limit // per_group) * (o // group))
+    for o0 in range(0, o, step):
+        count = min(step, o - o0)
+        groups = group if group == 1 or whole else count // (o // group)
+        first_in = 0 if group == 1 else (o0 // (o // group)) * cg
+        params = conv_params(lw, node, None if whole else (xs[1] if group == 1 else groups * cg, count, groups))
+        target = lw.unpacked(count * cg * taps)
+        calls.append(Call(_unpack4(lw.kernels), (packed, str(o0 * cg * taps), target, str(count * cg * taps))))
+        calls.append(Call(fn, (Ptr(x, first_in * xs[2] * xs[3]), target, _plus(bias, o0),
+                               Ptr(y, o0 * ys[2] * ys[3]), params, rescale, *extra)))
+    return Step(node, calls)
+
+
+def _plus(array: str, offset: int) -> str:
+    return array if array == "NULL" or not offset else f"{array} + {offset}"
+
+
+def _is4(w: Value) -> bool:
+    fixed = fx.fixed_of(w)
+    return fixed is not None and fixed.bits == 4
+
+
+def _weights4(lw: Lowering, w: Value, data: np.ndarray, base: str, comment: str) -> str:
+    """The C array of fixed4's weights: int8 (lw.pack4 false), else two a byte (`qcc_unpack4`
+    restores int8 slices of them into the arena's tail before they are used)."""
+    ctype, count = lw.ctype(w), int(data.size)
+    if not lw.pack4:
+        lw.weights4.append((w.type.numel(), count))
+        return lw.array(data, ctype, base, f"{comment}: 4-bit weights, one a byte")
+    packed = pack4(data)
+    lw.weights4.append((w.type.numel(), int(packed.size)))
+    return lw.array(packed, ctype, base, f"{comment}: {count} 4-bit weights, two a byte, low nibble first")
+
+
+def pack4(q: np.ndarray) -> np.ndarray:
+    """Values -8..7, two a byte (the first in the low nibble), as the int8 the C array holds."""
+    flat = np.asarray(q, np.int64).reshape(-1)
+    if flat.size % 2:
+        flat = np.append(flat, 0)
+    byte = (flat[0::2] & 15) | ((flat[1::2] & 15) << 4)
+    return np.where(byte >= 128, byte - 256, byte)
+
+
+def _unpack4(ks: KernelSet) -> str:
+    return ks.kernel("qcc_unpack4", lambda: """
+/* n 4-bit weights from the `start`-th on (two a byte, low nibble first), sign-extended into int8. */
+static void qcc_unpack4(const int8_t *restrict p, long start, int8_t *restrict w, long n)
+{
+    for (long i = 0; i < n; ++i) {
+        const long j = start + i;
+        const unsigned b = (uint8_t)p[j >> 1];
+        const unsigned nibble = (j & 1) ? b >> 4 : b & 15u;
+        w[i] = (int8_t)((int)(nibble ^ 8u) - 8);
+    }
+}
+""")
 
 
 def _dense(lw: Lowering, node: Node) -> Step:
@@ -121,13 +190,28 @@ def _dense(lw: Lowering, node: Node) -> Step:
     if w.const is None:
         raise lw.unsupported(node, "weights must be constant")
     cx, cw, cy = lw.ctype(x), lw.ctype(w), lw.ctype(y)
-    weights = lw.array(KC.pack_dense_weights(fx.quantize_param(w)), cw, f"qcc_w_{node.name}",
-                       f"{w.name} packed in blocks of {KC.OB} columns")
+    data, base, comment = KC.pack_dense_weights(fx.quantize_param(w)), f"qcc_w_{node.name}", \
+        f"{w.name} packed in blocks of {KC.OB} columns"
+    weights = _weights4(lw, w, data, base, comment) if _is4(w) else lw.array(data, cw, base, comment)
     rescale = shift(lw, node, frac(x) + frac(w) - frac(y))
     bias = _bias(lw, node, b, cy)
     ep, extra = _epilogue(lw, node)
     fn = KC.dense(lw.kernels, cx, cw, cy, ep, "fixed")
-    return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), *dims, rescale, *extra))])
+    if not (_is4(w) and lw.pack4):
+        return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), *dims, rescale, *extra))])
+    packed = weights
+    # slices of whole OB-column blocks (one sample per call: y's columns are contiguous)
+    m, block = int(dims[2]), k * KC.OB
+    step = m if n != 1 or data.size <= lw.unpack_limit else max(1, lw.unpack_limit // block) * KC.OB
+    calls = []
+    for c0 in range(0, m, step):
+        count = min(step, m - c0)
+        size = -(-count // KC.OB) * block
+        target = lw.unpacked(size)
+        calls.append(Call(_unpack4(lw.kernels), (packed, str(c0 // KC.OB * block), target, str(size))))
+        calls.append(Call(fn, (Ptr(x), target, _plus(bias, c0), Ptr(y, c0), dims[0], dims[1], str(count),
+                               rescale, *extra)))
+    return Step(node, calls)
 
 
 def _pool(lw: Lowering, node: Node) -> Step:

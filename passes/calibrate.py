@@ -204,7 +204,9 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
                     small({k: v[start:start + step] for k, v in feeds.items()})
             else:
                 small(feeds)
-            small.observer.keeper = keeper = None
+            if keeper is not None and small.background is not None:  # after the first batch's observations
+                small.background.call(small.observer.stop_keeping)
+            keeper = None
             if bar:
                 bar(done)
         return big.result().merge(small.result()) if big is not None else small.result()
@@ -400,10 +402,15 @@ class _Observer:
         self.batch_counts: dict[int, BatchCounts | None] = {}  # this batch's, by Relu input
         self.keeper: Keeper | None = None
 
+    def stop_keeping(self) -> None:
+        """Called on the binning thread, in order with the observations (the first batch's are kept)."""
+        self.keeper = None
+
     def __call__(self, value: Value, array: np.ndarray) -> None:
         key = id(value)
-        if self.keeper is not None and key in self.keeper.values:
-            self.keeper.arrays[value.name] = self.keeper.first(array)
+        keeper = self.keeper
+        if keeper is not None and key in keeper.values:
+            keeper.arrays[value.name] = keeper.first(array)
         if key not in self.tracked:
             return
         pre = self.pre_bias.get(key)

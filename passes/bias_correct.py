@@ -38,8 +38,10 @@ from qcc.passes.channel_fold import (
     output_channels,
     set_layer_bias,
 )
+from qcc.passes.float_reference import FloatReference, KeptArrays, pop_kept, reference_outputs
 from qcc.passes.fold_bn import BN_STATS
 from qcc.passes.quantize_affine import annotate_bias
+from qcc.passes.quantized_samples import RunKeeper, keep_run
 from qcc.passes.quantreport import parameter_entry
 from qcc.passes.quantutil import (
     annotation_pass,
@@ -62,7 +64,7 @@ from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers
-from qcc.quant.biascorr import ChannelMean, storable
+from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 
@@ -79,7 +81,7 @@ class BiasCorrect(Pass):
 
     mode: Literal["auto", "empirical", "analytical"] = attrs.field(
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
-    samples: int = attrs.field(default=16, validator=at_least(1),
+    samples: int = attrs.field(default=SAMPLES, validator=at_least(1),
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
 
     def __attrs_post_init__(self) -> None:
@@ -88,17 +90,21 @@ class BiasCorrect(Pass):
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         annotation_pass(model, self.name)
         undo_bias_correction(model)
+        kept = pop_kept(model, ctx, FloatReference)  # calibrate's float run on the same samples, read once
         layers = [n for n in model.graph.nodes if _correctable(n)]
         mode = self.mode
         if mode == "auto":
             mode = "empirical" if ctx.calib_data is not None else "analytical"
+        run: tuple[dict[str, np.ndarray], RunKeeper] | None = None
         if mode == "empirical":
             if ctx.calib_data is None:
                 raise UsageError("bias-correct{mode=empirical} needs calibration data (--calib DATA.npz)")
-            shifts = self._measured(model, layers, ctx)
+            shifts, run = self._measured(model, layers, ctx, kept)
         else:
             shifts = {id(n): s for n in layers if (s := _analytical(n, ctx)) is not None}
         entries = [_apply(model, n, shifts[id(n)], mode) for n in layers if id(n) in shifts]
+        if run is not None:  # the integer run computed the corrected model: check-fixed-point reads it
+            keep_run(model, ctx, *run)
         ctx.report[SECTION] = entries
         register_refinement(model, self)
         return PassResult(model, bool(entries), frozenset({"*"}))
@@ -107,13 +113,19 @@ class BiasCorrect(Pass):
         """Called before the annotations change (sensitivity, accuracy-control): biases as they were."""
         undo_bias_correction(model)
 
-    def _measured(self, model: Model, layers: list[Node], ctx: PassContext) -> dict[int, np.ndarray]:
-        """Sequential correction on one batch of the first `samples` samples; a model with a
-        static batch dimension is measured layer by layer instead (`own_errors`)."""
+    def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
+                  kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
+        """Sequential correction on one batch of the first `samples` samples (with the values of
+        its integer run, when it is one); a model with a static batch dimension is measured layer
+        by layer instead (`own_errors`)."""
+        from qcc.sim.fixed import runs_integer_kernels
+
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
         if len(parts) == 1:
-            return _sequential(model, layers, parts[0])
-        return own_errors(model, layers, parts, ctx.workers)
+            keeper = RunKeeper(model) if runs_integer_kernels(model) else None
+            shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
+            return shifts, (parts[0], keeper) if keeper is not None else None
+        return own_errors(model, layers, parts, ctx.workers), None
 
 
 def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],
@@ -178,24 +190,28 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
     return sums
 
 
-def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
+                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None) -> dict[int, np.ndarray]:
     """Each layer in graph order gets the mean of (its stored output - the float model's output)
-    with every earlier layer already corrected: one float run and one quantized run of the whole
-    batch. A kernel wrapper measures each layer and adds its bias change to what it computed
-    (the bias is the last term of every layer's sum), so later layers see the corrected one."""
+    with every earlier layer already corrected: one float run (or the float outputs calibrate
+    kept, `kept`: the same arrays) and one quantized run of the whole batch. A kernel wrapper
+    measures each layer and adds its bias change to what it computed (the bias is the last term
+    of every layer's sum), so later layers see the corrected one. `keeper` observes the integer
+    run (every value of it is what the corrected model computes)."""
     from qcc.sim.compare import passthrough
     from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
     from qcc.sim.interpreter import Interpreter
 
     wanted = {id(n.outputs[0]) for n in layers}
-    reference: dict[int, np.ndarray] = {}
+    reference: dict[int, np.ndarray] = dict(kept) if kept is not None else {}
 
     def keep(value: Value, array: np.ndarray) -> None:
         if id(value) in wanted:
             reference[id(value)] = array
 
-    with original_parameters(model):  # the float model's: not learned-rounding's weights and bias shift
-        Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
+    if kept is None:
+        with original_parameters(model):  # the float model's: not learned-rounding's weights and bias shift
+            Interpreter(model, observer=keep, kernels={"Quantize": passthrough}).run(feeds)
     for layer in layers:  # a layer without a bias gets a zero one, so the runner stores it
         ensure_bias(model.graph, layer)
     shifts: dict[int, np.ndarray] = {}
@@ -230,7 +246,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray]) 
 
     ops = {n.op for n in layers}
     if fixed:
-        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops})
+        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops}, observer=keeper)
     else:
         runner = Interpreter(model, quantized=True,
                              kernels={op: corrected(get_schema(op).kernel) for op in ops})

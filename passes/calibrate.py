@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
+from qcc.passes.float_reference import FloatReference, KeptArrays, fingerprint, values_to_keep
 from qcc.passes.quantutil import check_choices, check_finite_params, is_float
 from qcc.passes.statistics import Calibration, CalibrationStats, pre_bias_key
 
@@ -38,6 +39,11 @@ def _positive(name: str) -> Any:
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     return check
+
+
+def _not_negative(_: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
 
 
 def _power_of_two(_: Any, attribute: Any, value: int) -> None:
@@ -60,6 +66,12 @@ class Calibrate(Pass):
     merge: bool = attrs.field(default=False, metadata={"help": "merge into existing statistics"})
     engine: Literal["qcc", "onnxruntime"] = attrs.field(
         default="qcc", metadata={"help": "run the model with qcc's interpreter or onnxruntime"})
+    pre_bias: bool = attrs.field(default=True, metadata={
+        "help": "also the sums before the bias of the target's accumulating kernels (assign-fixed-point "
+                "reads them; the affine pipelines turn this off)"})
+    reference: int = attrs.field(default=0, validator=_not_negative, metadata={
+        "help": "keep the weighted layers' float outputs on the first N samples as bias-correct's reference "
+                "(the default pipelines set bias-correct's samples); 0: keep nothing"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -71,8 +83,9 @@ class Calibrate(Pass):
             raise UsageError("pass 'calibrate' needs calibration data (--calib DATA.npz: arrays keyed by "
                              "model input name, samples on each input's samples axis)")
         check_finite_params(model)
-        # the target's kernels that saturate their sum before adding the bias: its range matters too
-        pre_bias = ctx.target.fixed_point.truncating_accumulation
+        # the target's kernels that saturate their sum before adding the bias: its range matters to
+        # assign-fixed-point, and only to it (an int8 compile for C has no use for them)
+        pre_bias = ctx.target.fixed_point.truncating_accumulation if self.pre_bias else frozenset()
         source = ctx.calib_name
         if not isinstance(ctx.calib_data, dict):  # batches from Python (qcc.data.DataStream), streamed
             from qcc.data import CalibrationCheck, bound_batches
@@ -106,7 +119,11 @@ class Calibrate(Pass):
             result = collect_sharded(model, feeds, batch, ctx.workers, self.num_bins, self.engine, self.batch_size,
                                      pre_bias)
         else:
-            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias)
+            keeper = Keeper(values_to_keep(model), self.reference) if self.reference and self.engine == "qcc" else None
+            result = collect(model, feeds, batch, self.num_bins, ctx.progress, self.engine, self.batch_size, pre_bias,
+                             keeper)
+            if keeper is not None and keeper.arrays:
+                ctx.analyses.store(FloatReference, model, KeptArrays(keeper.feeds, keeper.arrays, fingerprint(model)))
         return self._store(result, model, source, ctx)
 
     def _store(self, result: Calibration, model: Model, source: str, ctx: PassContext) -> PassResult:
@@ -127,9 +144,23 @@ class Calibrate(Pass):
         return batch, usable
 
 
+@attrs.define(eq=False)
+class Keeper:
+    """What `calibrate{reference=N}` keeps from its first batch (passes/float_reference.py): the
+    first `samples` samples of `values`, and of the feeds."""
+
+    values: dict[int, Value]
+    samples: int
+    feeds: dict[str, np.ndarray] = attrs.field(factory=dict)
+    arrays: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def first(self, array: np.ndarray) -> np.ndarray:
+        return array if len(array) <= self.samples else np.array(array[:self.samples])  # a copy, not a view
+
+
 def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: int = DEFAULT_NUM_BINS,
             progress: bool = False, engine: str = "qcc", rebatch: int | None = None,
-            pre_bias: frozenset[str] = frozenset()) -> Calibration:
+            pre_bias: frozenset[str] = frozenset(), keeper: Keeper | None = None) -> Calibration:
     """Statistics of every float activation over samples-first `feeds` (`qcc.data.bind_inputs`), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
@@ -139,17 +170,19 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
     bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).
+    `keeper`: filled from the first batch, when the model itself runs it (not a rebound copy).
     """
     from qcc.ir.samples import to_model
 
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
-    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias)
+    return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias, keeper)
 
 
 def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], total: int | None,
                     num_bins: int = DEFAULT_NUM_BINS, progress: bool = False, engine: str = "qcc",
-                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset()) -> Calibration:
+                    rebatch: int | None = None, pre_bias: frozenset[str] = frozenset(),
+                    keeper: Keeper | None = None) -> Calibration:
     """`collect` over batches as they come (a stream of batches is never held whole)."""
     from qcc.progress import progress_bar
 
@@ -160,6 +193,9 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
     with progress_bar(total, "calibrate", progress) as bar, _closing(small, big):
         for feeds in (_regroup(batches, size) if big is not None else batches):
             done = samples_in(model, feeds)
+            if keeper is not None and big is None:
+                keeper.feeds = {k: keeper.first(v) for k, v in feeds.items()}
+                small.observer.keeper = keeper
             if big is not None and done == size:
                 big(feeds)
             elif big is not None:  # the last samples, at the static batch
@@ -168,6 +204,9 @@ def collect_batches(model: Model, batches: Iterable[dict[str, np.ndarray]], tota
                     small({k: v[start:start + step] for k, v in feeds.items()})
             else:
                 small(feeds)
+            if keeper is not None and small.background is not None:  # after the first batch's observations
+                small.background.call(small.observer.stop_keeping)
+            keeper = None
             if bar:
                 bar(done)
         return big.result().merge(small.result()) if big is not None else small.result()
@@ -361,9 +400,17 @@ class _Observer:
                            if n.op == "Relu" and id(n.outputs[0]) in tracked and id(n.inputs[0]) in tracked}
         self.relu_sources = set(self.relu_input.values())
         self.batch_counts: dict[int, BatchCounts | None] = {}  # this batch's, by Relu input
+        self.keeper: Keeper | None = None
+
+    def stop_keeping(self) -> None:
+        """Called on the binning thread, in order with the observations (the first batch's are kept)."""
+        self.keeper = None
 
     def __call__(self, value: Value, array: np.ndarray) -> None:
         key = id(value)
+        keeper = self.keeper
+        if keeper is not None and key in keeper.values:
+            keeper.arrays[value.name] = keeper.first(array)
         if key not in self.tracked:
             return
         pre = self.pre_bias.get(key)

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import attrs
 import numpy as np
 from qcc.passes.bias_correct import BEFORE
+from qcc.passes.quantized_samples import CHECK_SAMPLES, kept_run, run_values
 from qcc.passes.quantutil import at_least, calibration_batches
 
 from qcc.ir.core import Model, Value
@@ -37,7 +38,7 @@ class CheckFixedPoint(Pass):
 
     name = "check-fixed-point"
 
-    samples: int = attrs.field(default=4, validator=at_least(1),
+    samples: int = attrs.field(default=CHECK_SAMPLES, validator=at_least(1),
                                metadata={"help": "calibration samples run float and fixed point"})
     min_sqnr_db: float = attrs.field(default=20.0, converter=float,
                                      metadata={"help": "outputs below this SQNR against float are reported"})
@@ -64,18 +65,23 @@ class CheckFixedPoint(Pass):
 
 def _accumulate(model: Model, ctx: PassContext, samples: int,
                 names: set[str]) -> tuple[dict[str, float], dict[str, float], int]:
-    """Signal and error energy per fixed-point tensor over the first `samples` samples."""
+    """Signal and error energy per fixed-point tensor over the first `samples` samples (the
+    quantized values from bias-correct's integer run of this very model when it kept them)."""
     from qcc.sim.interpreter import Interpreter, runner_for
 
     signal: dict[str, float] = dict.fromkeys(names, 0.0)
     noise: dict[str, float] = dict.fromkeys(names, 0.0)
     with _float_biases(model):
         reference = Interpreter(model, quantized=False, keep_all=True)
-    runner = runner_for(model, quantized=True, keep_all=True)
+    kept = kept_run(model, ctx)
+    runner = None
     count = 0
     for feeds in calibration_batches(model, ctx, samples, samples):
         ref = reference.run(feeds)
-        got = runner.run(feeds)
+        got = run_values(kept, model, feeds)
+        if got is None:
+            runner = runner or runner_for(model, quantized=True, keep_all=True)
+            got = runner.run(feeds)
         for name in names:
             if name in ref and name in got:
                 r = np.asarray(ref[name], dtype=np.float64)

@@ -3,8 +3,8 @@
 | scheme | pipeline |
 |---|---|
 | none | (empty) |
-| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
-| fixed8, fixed16, fixed8-16, fixed4 | fold-bn, [apply-overrides], [equalize], calibrate, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
+| int8, uint8, int4, uint4 | fold-bn{standalone=conv unless --per-tensor}, [apply-overrides], [equalize if --per-tensor], calibrate{pre_bias=false, [reference=16]}, quantize-affine{dtype, [weight_dtype int4/uint4], per_channel, method}, [learned-rounding], [bias-correct], [accuracy-control] |
+| fixed8, fixed16, fixed8-16, fixed4 | fold-bn, [apply-overrides], [equalize], calibrate{[reference=16]}, assign-fixed-point{bits, weight_bits, method}, [learned-rounding], [bias-correct], [accuracy-control], check-fixed-point |
 | binary-weight, binary-connect | [apply-overrides], binarize-weights{mode} |
 
 The scheme's pipeline does not depend on the target: what a target requires (nnabla-c-runtime's
@@ -12,6 +12,11 @@ fixed-point rules for .nnb and C, integer kernels for C's affine mode) reaches t
 `PassContext.target`. The target then adds its own passes (`with_target_passes`): its
 legalization, last among the passes that change annotations (before --eval, so the evaluated
 model is the written one), and, for the default pipeline, the memory plan its runtime uses.
+The affine pipelines calibrate with pre_bias=false: the statistics of a Conv's sum before its
+bias, which calibrate keeps when the target's kernels accumulate that way (nnabla-c-runtime's,
+for .nnb and C), are read by assign-fixed-point alone (17% of an int8 calibration's CPU for C, digits).
+calibrate keeps bias-correct's float reference (reference=16) when bias-correct follows and
+learned-rounding does not rewrite the weights in between.
 apply-overrides is added when --override is given (--settings is applied by the driver at
 load). --method defaults to auto (per tensor, the least-error range or position, minmax where
 nothing needs clipping). equalize runs where one scale or position covers every channel of a
@@ -27,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from qcc.errors import UnsupportedError, UsageError
+from qcc.quant.biascorr import SAMPLES
 
 CALIBRATED = ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "fixed4")
 AFFINE = {"int8": ("int8", None), "uint8": ("uint8", None), "int4": ("int8", "int4"), "uint4": ("uint8", "uint4")}
@@ -54,17 +60,23 @@ def default_pipeline(scheme: str, opts: Any) -> str:
     overrides = "apply-overrides," if getattr(opts, "overrides", ()) else ""
     method = getattr(opts, "method", None) or default_method(scheme)
     equalize = "equalize," if getattr(opts, "equalize", True) else ""
+    # bias-correct's float reference: the outputs calibrate computes on the same first samples
+    # (not after learned-rounding, which rewrites the weights in between)
+    kept = getattr(opts, "bias_correct", True) and not _learned(scheme, opts)
+    reference = [f"reference={SAMPLES}"] if kept else []
     if scheme in AFFINE:
         act, weight = AFFINE[scheme]
         per_tensor = getattr(opts, "per_tensor", False)
         fold = "fold-bn" if per_tensor else "fold-bn{standalone=conv}"
         weights = f"weight_dtype={weight}," if weight else ""
-        return (f"{fold},{overrides}{equalize if per_tensor else ''}calibrate,"
+        calibrate = _spec("calibrate", ["pre_bias=false", *reference])
+        return (f"{fold},{overrides}{equalize if per_tensor else ''}{calibrate},"
                 f"quantize-affine{{dtype={act},{weights}per_channel={'false' if per_tensor else 'true'},"
                 f"method={method}}}" + _refinements(scheme, opts))
     if scheme in FIXED:
         bits, weight_bits = FIXED[scheme]
-        return (f"fold-bn,{overrides}{equalize}calibrate,assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
+        return (f"fold-bn,{overrides}{equalize}{_spec('calibrate', reference)},"
+                f"assign-fixed-point{{bits={bits},weight_bits={weight_bits},"
                 f"method={method}}}" + _refinements(scheme, opts) + ",check-fixed-point")
     if scheme in ("binary-weight", "binary-connect"):
         _refuse_ptq_options(scheme, opts)
@@ -72,10 +84,17 @@ def default_pipeline(scheme: str, opts: Any) -> str:
     raise UnsupportedError(f"--quantize {scheme}: this qcc has no pipeline for it")
 
 
+def _learned(scheme: str, opts: Any) -> bool:
+    return (getattr(opts, "rounding", None) or ("learned" if scheme in LEARNED_BY_DEFAULT else "nearest")) == "learned"
+
+
+def _spec(name: str, options: list[str]) -> str:
+    return f"{name}{{{','.join(options)}}}" if options else name
+
+
 def _refinements(scheme: str, opts: Any) -> str:
     """learned-rounding, bias-correct and accuracy-control, as the options ask."""
-    rounding = getattr(opts, "rounding", None) or ("learned" if scheme in LEARNED_BY_DEFAULT else "nearest")
-    parts = ["learned-rounding"] if rounding == "learned" else []
+    parts = ["learned-rounding"] if _learned(scheme, opts) else []
     if getattr(opts, "bias_correct", True):
         parts.append("bias-correct")
     drop = getattr(opts, "max_accuracy_drop", None)

@@ -178,3 +178,107 @@ def test_rerunning_is_idempotent_and_the_flag_turns_it_off(tmp_path: Any) -> Non
     _, report = qcc_compile(path, tmp_path / "d.nnb", quantize="fixed8", calib=str(DIGITS / "calib.npz"),
                             bias_correct=False)
     assert "bias-correct" not in report["pipeline"] and "bias_correct" not in report
+
+
+ANNOTATIONS = ["quantize-affine{dtype=int8,per_channel=false}",
+               "assign-fixed-point{bits=8,weight_bits=8,rules=nnabla-c-runtime}"]
+
+
+def _float_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the float model's runs by the interpreter (the quantized fixed-point run is not one)."""
+    from qcc.sim.interpreter import Interpreter
+
+    runs: list[int] = []
+    run = Interpreter.run
+
+    def counted(self: Interpreter, *args: Any, **kwargs: Any) -> Any:
+        if not self.quantized:
+            runs.append(1)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Interpreter, "run", counted)
+    return runs
+
+
+def _same_constants(a: Model, b: Model) -> None:
+    assert [v.name for v in a.graph.constants] == [v.name for v in b.graph.constants]
+    for x, y in zip(a.graph.constants, b.graph.constants):
+        assert x.const is not None and y.const is not None
+        assert x.const.dtype == y.const.dtype and x.const.tobytes() == y.const.tobytes(), x.name
+
+
+@pytest.mark.parametrize("annotate", ANNOTATIONS)
+def test_calibrates_float_outputs_are_bias_corrects_reference(annotate: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate{reference=16} keeps the weighted layers' float outputs on the first 16 samples of
+    its first batch (of 32); bias-correct reads them instead of running the float model, and
+    writes the very biases its own float run gives. The Dense reads a 2-D input that calibrate
+    multiplies one sample at a time: its input is kept and bias-correct computes it alone."""
+    from qcc.passes.float_reference import FloatReference, KeptArrays
+
+    path = str(DIGITS / "digits_cnn.onnx")
+    own, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
+    model, ctx = quantize(path, f"fold-bn,calibrate{{reference=16}},{annotate}", CALIB)
+    kept = ctx.analyses.peek(FloatReference, model)
+    assert isinstance(kept, KeptArrays)
+    assert "fc" not in kept.arrays and kept.arrays["flatten1"].shape == (16, 128)
+    assert all(len(a) == 16 for a in kept.arrays.values()) and len(kept.feeds["x"]) == 16
+    runs = _float_runs(monkeypatch)
+    PassManager("bias-correct").run(model, ctx)
+    assert not runs
+    assert ctx.analyses.peek(FloatReference, model) is None  # read once, released
+    _same_constants(model, own)
+
+
+def test_a_reference_from_other_weights_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that rewrites a weight between calibrate and bias-correct (learned-rounding does)
+    leaves calibrate's float outputs stale: bias-correct runs the float model itself."""
+    path = str(DIGITS / "digits_cnn.onnx")
+    annotate = ANNOTATIONS[1]
+    models = []
+    runs = _float_runs(monkeypatch)
+    for spec in (f"fold-bn,calibrate{{reference=16}},{annotate}", f"fold-bn,calibrate,{annotate}"):
+        model, ctx = quantize(path, spec, CALIB)
+        weight = next(n for n in model.graph.nodes if n.name == "conv2").inputs[1]
+        assert weight is not None and weight.const is not None
+        weight.const = weight.const * np.float32(0.75)
+        runs.clear()
+        PassManager("bias-correct").run(model, ctx)
+        assert len(runs) == 1
+        models.append(model)
+    _same_constants(*models)
+
+
+def test_check_fixed_point_reads_bias_corrects_integer_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bias-correct's integer run computes the corrected model (each layer hands on the output of
+    its corrected bias): check-fixed-point reads its first samples instead of running the model
+    again, with the report its own run gives; a model changed in between is run again."""
+    from qcc.passes.quantized_samples import QuantizedSamples
+
+    from qcc.sim.fixed import FixedRunner
+
+    path = str(DIGITS / "digits_cnn.onnx")
+    runs: list[int] = []
+    run = FixedRunner.run
+
+    def counted(self: FixedRunner, *args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(FixedRunner, "run", counted)
+    reports = []
+    for change in ("none", "dropped", "annotation"):
+        model, ctx = quantize(path, FIXED8_NNB + ",bias-correct", CALIB)
+        assert ctx.analyses.peek(QuantizedSamples, model) is not None
+        if change == "dropped":
+            ctx.analyses.store(QuantizedSamples, model, None)
+        elif change == "annotation":  # as accuracy-control's promotions would
+            relu = next(n for n in model.graph.nodes if n.name == "relu5").outputs[0]
+            assert isinstance(relu.quant, FixedPoint)
+            relu.quant = FixedPoint(relu.quant.bits, relu.quant.frac - 1, rounding=relu.quant.rounding)
+        runs.clear()
+        PassManager("check-fixed-point").run(model, ctx)
+        assert len(runs) == (0 if change == "none" else 1), change
+        assert ctx.analyses.peek(QuantizedSamples, model) is None
+        reports.append(ctx.report["fixed_point_check"])
+    assert reports[0] == reports[1] and reports[0]["samples"] == 4
+    assert reports[2] != reports[0]

@@ -15,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qcc.driver import compile as qcc_compile
+from qcc.quant import ranges
+from qcc.quant.histerr import approx_sq_error
 from qcc.quant.ranges import PERCENTILES, _range_errors, auto, minmax, mse, percentile
 from qcc.quant.stats import TensorStats
 from tests import ort_quant
@@ -46,6 +48,33 @@ def test_mse_is_never_worse_than_minmax_or_percentile(seed: int, bulk: float, ou
     assert errors[0] <= errors[1:].min() * (1 + 1e-12)
     chosen, _ = auto(stats, dtype, symmetric)
     assert _range_errors(stats, [chosen], dtype, symmetric, False)[0] <= errors[1] * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), bulk=st.floats(1e-6, 1e3), outliers=st.integers(0, 40),
+       scale=st.floats(2.0, 5000.0), one_sided=st.booleans(), quantizer=st.sampled_from(QUANTIZERS),
+       reduce_range=st.booleans())
+def test_auto_screens_all_candidates_at_once_with_the_same_errors(
+        seed: int, bulk: float, outliers: int, scale: float, one_sided: bool, quantizer: tuple[str, bool],
+        reduce_range: bool) -> None:
+    """auto's screening builds its ~190 candidate ranges as arrays (a tenth of method auto's time on
+    torchvision mobilenet_v2): the grids and errors of the ranges built one by one, bit for bit."""
+    stats = TensorStats("t").update(_sample(seed, bulk, outliers, scale, one_sided))
+    dtype, symmetric = quantizer
+    full = minmax(stats)
+    if symmetric:
+        t = ranges._grid_points(stats.absmax)
+        one_by_one = [ranges._clip_symmetric(stats, float(x)) for x in t]
+        lo, hi = np.maximum(-t, stats.min), np.minimum(t, stats.max)
+    else:
+        a = ranges._grid_points(1.0)
+        one_by_one = [ranges._finish(stats, stats.min * float(x), stats.max * float(x)) for x in a]
+        lo, hi = stats.min * a, stats.max * a
+    lo, hi = ranges._finish_all(stats, np.concatenate([[full[0]], lo]), np.concatenate([[full[1]], hi]))
+    expected = ranges._grids(stats, [full, *one_by_one], dtype, symmetric, reduce_range)
+    got = ranges._range_grids(stats, lo, hi, dtype, symmetric, reduce_range)
+    assert all(x.tobytes() == y.tobytes() for x, y in zip(expected, got))
+    assert approx_sq_error(stats, *expected).tobytes() == approx_sq_error(stats, *got).tobytes()
 
 
 def test_mse_is_not_worse_than_the_linear_search_it_replaces() -> None:

@@ -288,6 +288,28 @@ def test_quantize_nodes_on_weights_get_per_channel_annotations() -> None:
     assert accuracy(model, True) >= float_accuracy() - 0.01
 
 
+def test_pre_bias_statistics_only_for_the_fixed_point_pipelines() -> None:
+    """nnabla-c-runtime's Conv sums before its bias matter to assign-fixed-point alone: an int8
+    compile for C (the same target rules) calibrates without them, fixed8 keeps them."""
+    from types import SimpleNamespace
+
+    from qcc.passes.statistics import CalibrationStats
+
+    from qcc.pipelines import default_pipeline
+
+    opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
+    kept = {}
+    for scheme in ("int8", "fixed8"):
+        calib, _, _ = _data()
+        model, ctx = digits(), PassContext(calib_data=calib, target=NNB)
+        calibrate_only = default_pipeline(scheme, opts).split(",quantize-affine")[0].split(",assign-fixed-point")[0]
+        PassManager(calibrate_only).run(model, ctx)
+        stats = ctx.analyses.peek(CalibrationStats, model)
+        kept[scheme] = sorted(name for name in stats.stats if name.endswith("#pre-bias"))
+    assert kept["int8"] == []
+    assert kept["fixed8"] and all(name.split("#")[0] in by_name(model) for name in kept["fixed8"])
+
+
 def test_default_pipelines() -> None:
     """The scheme's pipeline is the same for every target; targets add their legalization and plan."""
     from types import SimpleNamespace
@@ -300,17 +322,20 @@ def test_default_pipelines() -> None:
     opts = SimpleNamespace(calib="c.npz", method=None, per_tensor=False, overrides=())
     assert default_pipeline("none", opts) == ""
     assert default_pipeline("uint8", opts) == \
-        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=uint8,per_channel=true,method=auto},bias-correct"
+        "fold-bn{standalone=conv},calibrate{pre_bias=false,reference=16},quantize-affine{dtype=uint8," \
+        "per_channel=true,method=auto},bias-correct"
     assert default_pipeline("fixed8", opts) == \
-        "fold-bn,equalize,calibrate,assign-fixed-point{bits=8,weight_bits=8,method=auto},bias-correct,check-fixed-point"
+        "fold-bn,equalize,calibrate{reference=16},assign-fixed-point{bits=8,weight_bits=8,method=auto}," \
+        "bias-correct,check-fixed-point"
     assert default_pipeline("int4", opts) == \
-        "fold-bn{standalone=conv},calibrate,quantize-affine{dtype=int8,weight_dtype=int4,per_channel=true," \
-        "method=auto},learned-rounding,bias-correct"
+        "fold-bn{standalone=conv},calibrate{pre_bias=false},quantize-affine{dtype=int8,weight_dtype=int4," \
+        "per_channel=true,method=auto},learned-rounding,bias-correct"
     assert default_pipeline("binary-connect", opts) == "binarize-weights{mode=binary-connect}"
     with_overrides = SimpleNamespace(**{**vars(opts), "overrides": ("a=FLOAT32",), "per_tensor": True,
                                         "method": "entropy", "bias_correct": False})
     assert default_pipeline("int8", with_overrides) == \
-        "fold-bn,apply-overrides,equalize,calibrate,quantize-affine{dtype=int8,per_channel=false,method=entropy}"
+        "fold-bn,apply-overrides,equalize,calibrate{pre_bias=false},quantize-affine{dtype=int8,per_channel=false," \
+        "method=entropy}"
     for scheme in ("int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16"):
         with pytest.raises(UsageError, match="--calib"):
             default_pipeline(scheme, SimpleNamespace(**{**vars(opts), "calib": None}))

@@ -17,6 +17,9 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+SAMPLES = 16
+"""bias-correct's default sample count (calibrate keeps the float outputs of as many for it)."""
+
 
 @attrs.define
 class ChannelMean:

@@ -53,6 +53,17 @@ def _finish(stats: TensorStats, lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
+def _finish_all(stats: TensorStats, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_finish` of many candidates at once (the same values: selections and one subtraction)."""
+    lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+    finite = np.isfinite(lo) & np.isfinite(hi)
+    if not finite.all():
+        bad = int(np.argmin(finite))
+        _finish(stats, float(lo[bad]), float(hi[bad]))  # raises, naming the tensor
+    zero = is_zero_tensor(stats) | (hi - lo < ZERO_THRESHOLD)
+    return np.where(zero, ZERO_TENSOR_RANGE[0], lo), np.where(zero, ZERO_TENSOR_RANGE[1], hi)
+
+
 def _clip_symmetric(stats: TensorStats, t: float) -> tuple[float, float]:
     """[-t, t] cut to the observed [min, max], then checked."""
     return _finish(stats, max(-t, stats.min), min(t, stats.max))
@@ -118,12 +129,19 @@ def _range_errors(
 def _grids(stats: TensorStats, candidates: list[tuple[float, float]], dtype: str, symmetric: bool,
            reduce_range: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step, positive bound, negative bound) of each candidate's affine grid, all at once."""
-    for lo, hi in candidates:
-        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-            affine_params(lo, hi, dtype, symmetric, reduce_range, stats.name)  # raises, naming the tensor
-    qmin, qmax = qrange(dtype, symmetric, reduce_range)
     los = np.array([c[0] for c in candidates], dtype=np.float64)
     his = np.array([c[1] for c in candidates], dtype=np.float64)
+    return _range_grids(stats, los, his, dtype, symmetric, reduce_range)
+
+
+def _range_grids(stats: TensorStats, los: np.ndarray, his: np.ndarray, dtype: str, symmetric: bool,
+                 reduce_range: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_grids` of candidates given as arrays of lower and upper bounds."""
+    usable = np.isfinite(los) & np.isfinite(his) & (los <= his)
+    if not usable.all():
+        bad = int(np.argmin(usable))
+        affine_params(float(los[bad]), float(his[bad]), dtype, symmetric, reduce_range, stats.name)  # raises
+    qmin, qmax = qrange(dtype, symmetric, reduce_range)
     scale, zp = scale_zero_point(los, his, qmin, qmax, symmetric)
     step = scale.astype(np.float64)
     zpf = zp.astype(np.float64)
@@ -267,13 +285,15 @@ def auto(
 def _clipping_may_pay(stats: TensorStats, dtype: str, symmetric: bool, reduce_range: bool) -> bool:
     """Whether any clipped range on the screening grid comes near the gain `auto` asks for (within
     25%: screening estimates are within a few percent): most tensors stop here."""
-    quantizer = (dtype, symmetric, reduce_range)
     full = minmax(stats)
-    if symmetric:
-        cands = [_clip_symmetric(stats, float(t)) for t in _grid_points(stats.absmax)]
+    if symmetric:  # _clip_symmetric of each threshold, all at once
+        t = _grid_points(stats.absmax)
+        lo, hi = np.maximum(-t, stats.min), np.minimum(t, stats.max)
     else:
-        cands = [_finish(stats, stats.min * float(a), stats.max * float(a)) for a in _grid_points(1.0)]
-    errors = approx_sq_error(stats, *_grids(stats, [full, *cands], *quantizer))
+        a = _grid_points(1.0)
+        lo, hi = stats.min * a, stats.max * a
+    lo, hi = _finish_all(stats, np.concatenate([[full[0]], lo]), np.concatenate([[full[1]], hi]))
+    errors = approx_sq_error(stats, *_range_grids(stats, lo, hi, dtype, symmetric, reduce_range))
     return bool(errors[1:].min() * (1.0 + AUTO_TOLERANCE) < 1.25 * errors[0])
 
 

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -105,8 +106,9 @@ def kernel_model(width: int = 13) -> Model:
     return Model(g)
 
 
-def build(model: Model, directory: Path, flags: tuple[str, ...], isa: str = "portable") -> Path:
-    BACKEND.write(model, directory, BACKEND.make_options(isa=isa))
+def build(model: Model, directory: Path, flags: tuple[str, ...], isa: str = "portable", **options: Any) -> Path:
+    """The batch harness with strict flags and `flags`; target options beside isa."""
+    BACKEND.write(model, directory, BACKEND.make_options(isa=isa, **options))
     name = directory.name
     (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
     exe = directory / "harness"

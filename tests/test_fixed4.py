@@ -33,15 +33,9 @@ X = TEST["x"][:120]
 @pytest.fixture(scope="module")
 def nnb4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """digits_cnn compiled to .nnb with fixed4: learned rounding (the default) and nearest."""
-    tmp = tmp_path_factory.mktemp("fixed4")
-    out = {}
-    for rounding in ("learned", "nearest"):
-        path = tmp / f"digits_{rounding}.nnb"
-        model, report = qcc_compile(str(DIGITS / "digits_cnn.onnx"), path, quantize="fixed4",
-                                    calib=str(DIGITS / "calib.npz"), eval=str(DIGITS / "test.npz"),
-                                    rounding=None if rounding == "learned" else rounding)
-        out[rounding] = (path, model, report)
-    return out
+    from tests.test_ptq_rounding import compile_both_roundings
+
+    return compile_both_roundings(tmp_path_factory.mktemp("fixed4"), ".nnb", default="learned", quantize="fixed4")
 
 
 def _layers(model: Model) -> list[Any]:
@@ -171,19 +165,11 @@ def test_cli_fixed4_and_settings_refusal(tmp_path: Path) -> None:
 
 
 def _build(model: Model, directory: Path, **options: Any) -> Path:
-    """test_backend_c.build with target options: the batch harness, strict flags, ASan/UBSan."""
-    import subprocess
+    """test_c_kernels.build under ASan/UBSan, with target options."""
+    from tests.test_backend_c import SANITIZE
+    from tests.test_c_kernels import build
 
-    from tests.test_backend_c import HARNESS, SANITIZE, STRICT
-
-    C_BACKEND.write(model, directory, C_BACKEND.make_options(**options))
-    name = directory.name
-    (directory / "harness.c").write_text(HARNESS.replace("NAME", name).replace("UP", name.upper()))
-    exe = directory / "harness"
-    proc = subprocess.run(["gcc", *STRICT, *SANITIZE, "-o", str(exe), str(directory / "harness.c"),
-                           str(directory / f"{name}.c"), "-lm"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return exe
+    return build(model, directory, SANITIZE, **options)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -25,17 +25,22 @@ TEST = np.load(DIGITS / "test.npz")
 FEEDS = {"x": TEST["x"]}
 
 
-@pytest.fixture(scope="module")
-def w4a8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("w4a8")
+def compile_both_roundings(tmp: Path, suffix: str, default: str | None = None, **options: Any) -> dict[str, Any]:
+    """digits_cnn compiled with learned and with nearest rounding (`default`'s without --rounding):
+    rounding -> (path, model, report)."""
     out = {}
     for rounding in ("learned", "nearest"):
-        path = tmp / f"digits_{rounding}.onnx"
-        model, report = qcc_compile(str(DIGITS / "digits_cnn.onnx"), path, target="onnx-qdq", quantize="int4",
-                                    calib=str(DIGITS / "calib.npz"), eval=str(DIGITS / "test.npz"),
-                                    rounding=rounding)
+        path = tmp / f"digits_{rounding}{suffix}"
+        model, report = qcc_compile(str(DIGITS / "digits_cnn.onnx"), path, calib=str(DIGITS / "calib.npz"),
+                                    eval=str(DIGITS / "test.npz"), rounding=None if rounding == default else rounding,
+                                    **options)
         out[rounding] = (path, model, report)
     return out
+
+
+@pytest.fixture(scope="module")
+def w4a8(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return compile_both_roundings(tmp_path_factory.mktemp("w4a8"), ".onnx", target="onnx-qdq", quantize="int4")
 
 
 def test_w4a8_with_learned_rounding_is_within_two_points_of_float(w4a8: dict[str, Any]) -> None:

@@ -485,7 +485,12 @@ def test_interrupt_inside_an_import_exits_130(where: str, cut: Callable[..., Non
     import qcc.cli as cli
 
     monkeypatch.setattr(cli, where, cut)
-    assert cli.main(["targets"]) == 130
+    # as in a `qcc` process: Python's own ^C handler (a library an earlier test loaded may have set its own)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main(["targets"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert capsys.readouterr().err.splitlines()[-1] == "qcc: interrupted"
 
 

@@ -11,6 +11,11 @@ bounds that difference by the arithmetic.
 
 from __future__ import annotations
 
+import os
+import platform
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +269,31 @@ def quantized_batches(model_file: Path, data: dict[str, np.ndarray]) -> tuple[Mo
     PassManager([Calibrate(), QuantizeAffine()]).run(model, PassContext(calib_data=data))
     layers = [n for n in model.graph.nodes if bias_correct._correctable(n)]
     return model, layers, [{"x": data["x"][i:i + 1]} for i in range(SAMPLES)]
+
+
+CHURN = """
+import resource, sys
+import numpy as np
+from qcc.pm.cluster import pickled_job, run_job
+
+def churn(count):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(count):
+        np.ones(1 << 18)  # 2 MB written and freed, as the interpreter does with every activation
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+print(churn(64), run_job(*pickled_job((churn, 64))), churn(64))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc thresholds")
+def test_a_cluster_job_reuses_freed_arrays_under_the_nannys_malloc_settings() -> None:
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes every large
+    array a fresh mmap faulted in page by page (64 arrays of 512 pages: about 32k faults); a qcc
+    job reuses the freed memory (about one array's pages), and the worker's settings come back after."""
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", CHURN], env=env, capture_output=True, text=True, check=True)
+    before, job, after = map(int, done.stdout.split())
+    pages = 64 * (2 << 20) // resource.getpagesize()
+    assert before > pages * 0.9 and after > pages * 0.9  # the nanny's setting, outside a job
+    assert job < pages // 8

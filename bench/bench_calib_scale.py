@@ -217,7 +217,12 @@ def part_workers(work: Path, samples: int, repeat: int) -> list[str]:
     base = [sys.executable, "-m", "qcc", "compile", str(path), "--quantize", "int8", "--calib", str(calib), "-q"]
     os.environ.clear()  # the compiles and the Dask workers run with compiled bytecode (bench/bytecode.py)
     os.environ.update(compiled_env(work))
+    environment = dict(os.environ)
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    # Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536 in this process's environment for their workers;
+    # a timed `qcc compile` that inherited it paid a page fault per activation page (2.4x slower alone)
+    os.environ.clear()
+    os.environ.update(environment)
     pids = [int(w.process.pid) for w in cluster.workers.values()]  # type: ignore[union-attr]
     configs = {"1 process": ["--workers", "1"], "--workers 2": ["--workers", "2"],
                "--cluster (Dask, 2 workers)": ["--cluster", cluster.scheduler_address]}

@@ -33,6 +33,7 @@ from qcc.pm.instruments import DumpIR, Instrument, PrintAfterAll, TimePasses
 from qcc.pm.manager import PassManager, build_passes, check_order
 from qcc.pm.parallel import Workers
 from qcc.pm.spec import PassSpec
+from qcc.sim.heap import adapted_heap
 from qcc.target import Backend, as_backend
 
 SCHEMES = ("none", "int8", "uint8", "int4", "uint4", "fixed8", "fixed16", "fixed8-16", "fixed4", "binary-weight",
@@ -123,7 +124,8 @@ def compile(
 
     options = translate(options)
     try:
-        return _compile(model, output, target, passes, instruments, **options)
+        with adapted_heap():  # runs of the model allocate every activation anew (qcc.sim.heap)
+            return _compile(model, output, target, passes, instruments, **options)
     except (InvalidInputError, UnsupportedError, InternalError) as exc:
         # about the model's content: name the model unless the message names one of the files involved
         files = [os.fspath(options[k]) for k in ("calib", "settings", "eval", "report")

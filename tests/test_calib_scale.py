@@ -297,3 +297,29 @@ def test_a_cluster_job_reuses_freed_arrays_under_the_nannys_malloc_settings() ->
     pages = 64 * (2 << 20) // resource.getpagesize()
     assert before > pages * 0.9 and after > pages * 0.9  # the nanny's setting, outside a job
     assert job < pages // 8
+
+
+def test_glibc_is_left_alone_where_it_adapts_and_compile_runs_in_the_adapted_heap(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contextlib
+
+    import qcc.driver
+    from qcc.sim import heap
+
+    for name in heap._FIXING_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(heap, "_glibc", lambda: pytest.fail("mallopt without a fixing variable"))
+    with heap.adapted_heap():
+        pass
+    entered = []
+
+    @contextlib.contextmanager
+    def recorded() -> Any:
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(qcc.driver, "adapted_heap", recorded)
+    from tests.cli_util import DIGITS
+
+    qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / "out.onnx", passes="")
+    assert entered == [True]

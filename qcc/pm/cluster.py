@@ -13,12 +13,7 @@ One client per scheduler address lives as long as the process (its scattered arr
 within `_KEEP_BYTES`); unpickling on a worker reads the scattered array, made read-only, so a
 job that wrote into a shared weight would fail instead of changing the next job's input.
 
-Dask's nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536, which also turns off glibc's
-adaptive mmap threshold: every array of 128 kB or more is then a fresh mmap, zero-filled page by
-page, and freed back at once. An interpreter run allocates every activation anew, so a worker
-spent about 40% of its CPU time in page faults (sys 5 s of 12 s for half of light_resnet50's
-calibration). A job runs with the heap glibc adapts to by default (`_roomy_heap`); Dask's
-settings, and the memory they return, come back when the worker has no qcc job left.
+A job runs with glibc's adapted heap (qcc.sim.heap: Dask's nanny fixes its thresholds).
 """
 
 from __future__ import annotations
@@ -27,17 +22,17 @@ import atexit
 import contextlib
 import hashlib
 import io
-import os
 import pickle
 import sys
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from qcc.errors import InternalError, QccError, UsageError
+from qcc.sim.heap import adapted_heap
 
 SHARED_BYTES = 1 << 16
 """Arrays at least this large travel by scatter; smaller ones inside the pickled job."""
@@ -178,53 +173,5 @@ def run_job(blob: bytes, arrays: dict[str, np.ndarray]) -> Any:
             return array
 
     fn, item = Unpickler(io.BytesIO(blob)).load()
-    with _roomy_heap():
+    with adapted_heap():
         return fn(item)
-
-
-_M_TRIM_THRESHOLD = -1  # glibc malloc.h
-_M_MMAP_THRESHOLD = -3
-_JOB_MMAP_THRESHOLD = 32 << 20
-"""glibc's adaptive ceiling on 64-bit: below it, a freed array's memory serves the next one."""
-_GLIBC_MMAP_THRESHOLD = 128 << 10
-_running = 0
-_running_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _roomy_heap() -> Iterator[None]:
-    """glibc's heap as a process that has adapted to large arrays keeps it, while a job runs; at
-    the last job's end the worker's own thresholds again, and the freed memory returned."""
-    global _running
-    libc = _glibc()
-    if libc is None:  # another C library: its own allocator, nothing to adjust
-        yield
-        return
-    with _running_lock:
-        _running += 1
-        if _running == 1:
-            libc.mallopt(_M_MMAP_THRESHOLD, _JOB_MMAP_THRESHOLD)
-            libc.mallopt(_M_TRIM_THRESHOLD, 2 * _JOB_MMAP_THRESHOLD)
-    try:
-        yield
-    finally:
-        with _running_lock:
-            _running -= 1
-            if _running == 0:
-                trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", "")
-                libc.mallopt(_M_TRIM_THRESHOLD, int(trim) if trim.isdigit() else _GLIBC_MMAP_THRESHOLD)
-                libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD)
-                libc.malloc_trim(0)
-
-
-def _glibc() -> Any:
-    """The process's C library when it is glibc (mallopt and malloc_trim), else None."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    except (OSError, AttributeError):
-        return None
-    return libc

@@ -354,12 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = _watch_interrupts()
     try:
         return _main(argv)
-    except Exception as exc:  # ^C outside a command (parsing, imports) is still exit 130, no traceback
+    except (Exception, KeyboardInterrupt) as exc:  # ^C outside a command (parsing, imports): exit 130 too
         if _interrupted(exc):
             return _report_interrupt()
         raise
-    except KeyboardInterrupt:
-        return _report_interrupt()
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

@@ -54,6 +54,7 @@ from qcc.passes.quantutil import (
     is_view,
     original_parameters,
     param_data,
+    recorded_original,
     register_refinement,
 )
 
@@ -265,12 +266,17 @@ def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
     return sat_add(partial, view, out.bits)
 
 
+def _original(value: Value) -> np.ndarray | None:
+    before = recorded_original(value)
+    return value.const if before is None else before
+
+
 def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
     """The layer in float (float weights and bias, as they were before learned-rounding) on input x."""
     bias = _bias(layer)
     weight = layer_weight(layer)
-    params = [weight.meta.get("weight_before_rounding", param_data(weight)),
-              *([bias.meta.get("bias_before_rounding", bias.const)] if bias is not None else [])]
+    before = recorded_original(weight)
+    params = [param_data(weight) if before is None else before, *([_original(bias)] if bias is not None else [])]
     return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
 
 

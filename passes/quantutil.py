@@ -335,16 +335,20 @@ def original_parameters(model: Model) -> Iterator[None]:
     float reference run; the refined ones are back afterwards."""
     swapped = []
     for value in model.graph.constants:
-        for key in ORIGINAL_KEYS:
-            if key in value.meta:
-                swapped.append((value, value.const))
-                value.const = value.meta[key]
-                break
+        original = recorded_original(value)
+        if original is not None:
+            swapped.append((value, value.const))
+            value.const = original
     try:
         yield
     finally:
         for value, const in swapped:
             value.const = const
+
+
+def recorded_original(value: Value) -> np.ndarray | None:
+    """The float values a refinement recorded before it changed this parameter (ORIGINAL_KEYS), if any."""
+    return next((value.meta[key] for key in ORIGINAL_KEYS if key in value.meta), None)
 
 
 def keep_unmarked_float(values: Iterable[Value]) -> None:

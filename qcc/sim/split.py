@@ -13,6 +13,7 @@ thread in the same order whatever its thread count.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,7 +61,7 @@ class SplitProducts:
             count = len(data)
             parts = min(threads, count)
             bounds = [count * i // parts for i in range(parts + 1)]
-            futures = [pool.submit(kernel, node, [data[a:b], *xs[1:]]) for a, b in zip(bounds, bounds[1:])]
+            futures = [pool.submit(kernel, node, [data[a:b], *xs[1:]]) for a, b in itertools.pairwise(bounds)]
             results = [f.result() for f in futures]
             return [np.concatenate(outs) for outs in zip(*results)]
 

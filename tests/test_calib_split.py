@@ -87,3 +87,19 @@ def test_collect_splits_the_products_with_the_statistics_of_one_thread(monkeypat
     assert split == one
     assert blas_threads() == before
     assert not [t for t in threading.enumerate() if t.name.startswith("qcc-product")]
+
+
+def test_a_static_batch_is_rebound_to_one_sample_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However large its activations (ResNet-50's 3 MB at 224x224 kept it at batch 1 before):
+    without a batch of several samples there is nothing to split."""
+    import qcc.passes.calibrate as calibrate
+
+    static = make_model({"x": (1, 3, 10, 10)}, convs_and_dense)
+    monkeypatch.setattr(calibrate, "_REBATCH_BYTES", 1)  # every activation "too large" for a wider batch
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert calibrate._rebound(static, 32) is None
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    wide = calibrate._rebound(static, 32)
+    assert wide is not None and wide.graph.inputs[0].type.shape[0] == 3
+    x = data(7)
+    assert collect(static, {"x": x}, 1, rebatch=32).to_dict() == collect(static, {"x": x}, 1).to_dict()

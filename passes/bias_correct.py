@@ -65,7 +65,7 @@ from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers
-from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
+from qcc.quant.biascorr import INPUT_VALUES, SAMPLES, ChannelMean, sample_count, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 
@@ -84,6 +84,8 @@ class BiasCorrect(Pass):
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
     samples: int = attrs.field(default=SAMPLES, validator=at_least(1),
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
+    input_values: int = attrs.field(default=INPUT_VALUES, validator=at_least(1), metadata={
+        "help": "fewer samples when they are large: at most this many input values in all, at least 4 samples"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -116,17 +118,26 @@ class BiasCorrect(Pass):
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
                   kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
-        """Sequential correction on one batch of the first `samples` samples (with the values of
-        its integer run, when it is one); a model with a static batch dimension is measured layer
+        """Sequential correction on one batch of the first `samples` samples, fewer when they hold
+        more than `input_values` values (with the values of its integer run, when it is one); a model with a static batch dimension is measured layer
         by layer instead (`own_errors`)."""
         from qcc.sim.fixed import runs_integer_kernels
 
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
+        count = sample_count(self.samples, _values_per_sample(parts), self.input_values)
+        if count < self.samples:
+            parts = list(calibration_batches(model, ctx, count, count))
         if len(parts) == 1:
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
             shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
             return shifts, (parts[0], keeper) if keeper is not None else None
         return own_errors(model, layers, parts, ctx.workers), None
+
+
+def _values_per_sample(parts: list[dict[str, np.ndarray]]) -> int:
+    """Input values of one sample (every graph input)."""
+    first = parts[0] if parts else {}
+    return sum(int(np.prod(v.shape[1:], dtype=np.int64)) for v in first.values())
 
 
 def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],

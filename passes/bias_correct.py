@@ -65,9 +65,10 @@ from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers
-from qcc.quant.biascorr import INPUT_VALUES, SAMPLES, ChannelMean, sample_count, storable
+from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
+from qcc.quant.samples import INPUT_VALUES, sample_count, values_per_sample
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -124,7 +125,7 @@ class BiasCorrect(Pass):
         from qcc.sim.fixed import runs_integer_kernels
 
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
-        count = sample_count(self.samples, _values_per_sample(parts), self.input_values)
+        count = sample_count(self.samples, values_per_sample(parts), self.input_values)
         if count < self.samples:
             parts = list(calibration_batches(model, ctx, count, count))
         if len(parts) == 1:
@@ -132,12 +133,6 @@ class BiasCorrect(Pass):
             shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
             return shifts, (parts[0], keeper) if keeper is not None else None
         return own_errors(model, layers, parts, ctx.workers), None
-
-
-def _values_per_sample(parts: list[dict[str, np.ndarray]]) -> int:
-    """Input values of one sample (every graph input)."""
-    first = parts[0] if parts else {}
-    return sum(int(np.prod(v.shape[1:], dtype=np.int64)) for v in first.values())
 
 
 def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],

@@ -287,7 +287,8 @@ def test_check_fixed_point_reads_bias_corrects_integer_run(monkeypatch: pytest.M
 def test_large_samples_are_corrected_on_fewer_of_them() -> None:
     """The default budget of input values: 8x8 digits keep all 16 samples, 96x96 RGB images
     (27648 values each) 9, 224x224 ones the floor of 4; never more than asked."""
-    from qcc.quant.biascorr import SAMPLES, sample_count
+    from qcc.quant.biascorr import SAMPLES
+    from qcc.quant.samples import sample_count
 
     assert sample_count(SAMPLES, 64) == 16
     assert sample_count(SAMPLES, 3 * 96 * 96) == 9

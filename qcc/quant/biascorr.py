@@ -20,21 +20,6 @@ import numpy as np
 SAMPLES = 16
 """bias-correct's default sample count (calibrate keeps the float outputs of as many for it)."""
 
-INPUT_VALUES = 1 << 18
-"""bias-correct's default budget of input values (all samples together): large inputs give each
-output channel many positions per sample, so fewer samples measure its mean error as well, and
-the two runs bias-correct makes cost in proportion to the input."""
-
-MIN_SAMPLES = 4
-"""The fewest samples the budget leaves (a mean over fewer images follows the images)."""
-
-
-def sample_count(samples: int, per_sample: int, budget: int = INPUT_VALUES) -> int:
-    """How many of the first `samples` samples bias-correct measures on when each holds
-    `per_sample` input values: all while they fit `budget`, else as many as fit, at least
-    `MIN_SAMPLES` (never more than `samples`)."""
-    return min(samples, max(MIN_SAMPLES, budget // max(per_sample, 1)))
-
 
 @attrs.define
 class ChannelMean:

@@ -112,6 +112,8 @@ def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
 
 def to_float(q: np.ndarray, frac: int) -> np.ndarray:
     """The runtime's getter: q * 2**-frac in float32 (exact)."""
+    if abs(frac) <= 100:  # a product by a normal power of two: exact, as ldexp, and a SIMD loop
+        return np.multiply(np.asarray(q, dtype=F32), F32(2.0 ** -frac))
     return np.ldexp(np.asarray(q, dtype=F32), -frac)
 
 
@@ -214,8 +216,10 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     group = node.attrs["group"]
     _, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
     dtype = exact_float(x, w, n, fy.bits)
+    if dtype is not None and cg == 1:  # the depthwise loop reads every tap: convert the input once
+        xp = xp.astype(dtype)
+    win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
     if dtype is None:
         y = _conv_int64(win, w, group, n, fy.bits)
     elif cg == 1:
@@ -262,7 +266,7 @@ def _conv_one_channel(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: 
     acc: np.ndarray = np.zeros((batch, group, og, oh, ow), dtype=dtype)
     term = np.empty_like(acc)
     for tap in range(kh * kw):
-        xs: np.ndarray = win[:, :, :, :, tap // kw, tap % kw].astype(dtype)[:, :, None]  # N, G, 1, OH, OW
+        xs: np.ndarray = win[:, :, :, :, tap // kw, tap % kw].astype(dtype, copy=False)[:, :, None]  # N, G, 1, OH, OW
         np.multiply(xs, scaled[None, :, :, tap, None, None], out=term)
         acc += term
     lo, hi = fixed_bounds(bits)

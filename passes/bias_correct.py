@@ -264,12 +264,12 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
 
 def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
     """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
-    from qcc.sim.fixed import bias_ints, fixed_of, sat_add
+    from qcc.sim.fixed import add_bias, bias_ints, fixed_of
 
     out = fixed_of(node.outputs[0])
     assert out is not None and partial is not None
     view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
-    return sat_add(partial, view, out.bits)
+    return add_bias(partial, view, out.bits)
 
 
 def _original(value: Value) -> np.ndarray | None:

@@ -102,6 +102,17 @@ def sat_add(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     return np.where((a < 0) & (b < 0) & (r > 0), lo, r)
 
 
+def add_bias(total: np.ndarray, bias: np.ndarray, bits: int) -> np.ndarray:
+    """`sat_add` of a Convolution/Affine sum and its bias, both inside the type's range (a
+    saturated sum, `bias_ints`): only MIN + MIN wraps to 0, so without MIN in the bias the
+    runtime's saturating add is a clip (two passes, also where values saturate)."""
+    lo, hi = fixed_bounds(bits)
+    if bias.size and int(bias.min()) == lo:
+        return sat_add(total, bias, bits)
+    out = np.add(total, bias, dtype=np.int64)
+    return np.clip(out, lo, hi, out=out)
+
+
 def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     """nnabla-c-runtime's saturating subtract (sub_sat16/8): 0 - MIN gives MIN."""
     lo, hi = fixed_bounds(bits)
@@ -227,7 +238,7 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     else:
         y = _conv_blocked(win, w, group, n, fy.bits, dtype)
     if len(args) > 2 and args[2] is not None:
-        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
+        y = add_bias(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
     return [y]
 
 
@@ -346,7 +357,7 @@ def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     total = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.int64)
     y = saturate(shift(total, fx.frac + fw.frac - fy.frac), fy.bits)
     if len(args) > 2 and args[2] is not None:
-        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1), fy.bits)
+        y = add_bias(y, bias_ints(node, args[2]).reshape(1, -1), fy.bits)
     return [y]
 
 

@@ -68,6 +68,7 @@ from qcc.pm.parallel import Workers
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
+from qcc.quant.samples import INPUT_VALUES, sample_count, values_per_sample
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -84,6 +85,8 @@ class BiasCorrect(Pass):
         default="auto", metadata={"help": "auto: empirical with calibration data, else analytical"})
     samples: int = attrs.field(default=SAMPLES, validator=at_least(1),
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
+    input_values: int = attrs.field(default=INPUT_VALUES, validator=at_least(1), metadata={
+        "help": "fewer samples when they are large: at most this many input values in all, at least 4 samples"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -116,12 +119,15 @@ class BiasCorrect(Pass):
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
                   kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
-        """Sequential correction on one batch of the first `samples` samples (with the values of
-        its integer run, when it is one); a model with a static batch dimension is measured layer
+        """Sequential correction on one batch of the first `samples` samples, fewer when they hold
+        more than `input_values` values (with the values of its integer run, when it is one); a model with a static batch dimension is measured layer
         by layer instead (`own_errors`)."""
         from qcc.sim.fixed import runs_integer_kernels
 
         parts = list(calibration_batches(model, ctx, self.samples, self.samples))
+        count = sample_count(self.samples, values_per_sample(parts), self.input_values)
+        if count < self.samples:
+            parts = list(calibration_batches(model, ctx, count, count))
         if len(parts) == 1:
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
             shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
@@ -258,12 +264,12 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
 
 def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
     """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
-    from qcc.sim.fixed import bias_ints, fixed_of, sat_add
+    from qcc.sim.fixed import add_bias, bias_ints, fixed_of
 
     out = fixed_of(node.outputs[0])
     assert out is not None and partial is not None
     view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
-    return sat_add(partial, view, out.bits)
+    return add_bias(partial, view, out.bits)
 
 
 def _original(value: Value) -> np.ndarray | None:

@@ -59,6 +59,7 @@ from qcc.quant.equalize import (
     limit_scales,
     normal_shift,
 )
+from qcc.quant.samples import INPUT_VALUES, sample_count, values_per_sample
 
 SECTION = "equalize"
 
@@ -108,6 +109,8 @@ class Equalize(Pass):
     dead_channels: bool = attrs.field(default=True, metadata={"help": "zero what reads a dead channel"})
     samples: int = attrs.field(default=32, validator=at_least(1),
                                metadata={"help": "calibration samples for per-channel ranges"})
+    input_values: int = attrs.field(default=INPUT_VALUES, validator=at_least(1), metadata={
+        "help": "fewer samples when they are large: at most this many input values in all, at least 4 samples"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
         graph = model.graph
@@ -135,7 +138,8 @@ class Equalize(Pass):
         return PassResult(model, changed, frozenset() if changed else frozenset({"*"}))
 
     def _observe(self, model: Model, pairs: list[Pair], ctx: PassContext) -> None:
-        """Per-channel min/max of each clamp's input on the calibration data (when given)."""
+        """Per-channel min/max of each clamp's input on the first calibration samples (when given;
+        fewer of them when they are large, `qcc.quant.samples`)."""
         wanted = {id(p.clamp.input(0)): p for p in pairs if p.clamp is not None}
         if not wanted or ctx.calib_data is None:
             return
@@ -152,7 +156,11 @@ class Equalize(Pass):
             pair.data_hi = hi if pair.data_hi is None else np.maximum(pair.data_hi, hi)
 
         interp = Interpreter(model, observer=observe, kernels={"Quantize": passthrough})
-        for batch in calibration_batches(model, ctx, self.samples, 64):
+        batches = list(calibration_batches(model, ctx, self.samples, 64))
+        count = sample_count(self.samples, values_per_sample(batches), self.input_values)
+        if count < self.samples:  # large samples: as many as hold input_values values
+            batches = list(calibration_batches(model, ctx, count, 64))
+        for batch in batches:
             interp.run(batch)
 
     def _limits(self, pair: Pair, ctx: PassContext) -> tuple[np.ndarray, np.ndarray]:

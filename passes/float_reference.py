@@ -50,6 +50,19 @@ class KeptArrays:
         return self.fingerprint == model_fingerprint and self.feeds.keys() == feeds.keys() and all(
             self.feeds[k].dtype == feeds[k].dtype and np.array_equal(self.feeds[k], feeds[k]) for k in feeds)
 
+    def rows_for(self, feeds: dict[str, np.ndarray], model_fingerprint: bytes) -> int | None:
+        """How many leading samples `feeds` holds when they are the first samples of the kept
+        feeds (a run on fewer samples: each sample's values do not depend on the batch), on a
+        model with this fingerprint; None otherwise."""
+        rows = {len(v) for v in feeds.values()}
+        if len(rows) != 1 or self.fingerprint != model_fingerprint or self.feeds.keys() != feeds.keys():
+            return None
+        (count,) = rows
+        if not all(self.feeds[k].dtype == feeds[k].dtype and len(self.feeds[k]) >= count
+                   and np.array_equal(self.feeds[k][:count], feeds[k]) for k in feeds):
+            return None
+        return count
+
 
 def pop_kept(model: Model, ctx: PassContext, analysis: type[Analysis]) -> KeptArrays | None:
     """What a pass stored as `analysis` for `model`, released from the context (read once)."""
@@ -106,20 +119,22 @@ def fingerprint(model: Model) -> bytes:
 def reference_outputs(kept: KeptArrays | None, model: Model, feeds: dict[str, np.ndarray],
                       layers: list[Node]) -> dict[int, np.ndarray] | None:
     """The float output of each layer on `feeds` (by id of the output) from what calibrate kept,
-    or None when it does not hold them all for these very feeds and this very graph."""
-    if kept is None or not kept.valid_for(feeds, fingerprint(model)):
+    or None when it does not hold them all for these very feeds (or their first samples: the
+    leading rows of what it kept) and this very graph."""
+    count = None if kept is None else kept.rows_for(feeds, fingerprint(model))
+    if kept is None or count is None:
         return None
     outputs = {}
     for layer in layers:
         out = layer.outputs[0]
         if out.name in kept.arrays:
-            outputs[id(out)] = kept.arrays[out.name]
+            outputs[id(out)] = kept.arrays[out.name][:count]
             continue
         operands = _trimmed(layer)
         data = operands[0]
         if data is None or data.name not in kept.arrays or any(v is None or v.const is None for v in operands[1:]):
             return None
-        args = [kept.arrays[data.name], *(v.const for v in operands[1:] if v is not None)]
+        args = [kept.arrays[data.name][:count], *(v.const for v in operands[1:] if v is not None)]
         outputs[id(out)] = np.asarray(get_schema(layer.op).kernel(layer, args)[0])  # type: ignore[arg-type]
     return outputs
 

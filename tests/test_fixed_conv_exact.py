@@ -120,3 +120,17 @@ def test_conv_bias_and_saturating_add() -> None:
     got = fixed.conv_kernel(graph.nodes[0], [xi, np.array([[[[1]], [[0]]], [[[-1]], [[0]]]]), np.array([lo, 5])])[0]
     assert got[0, 0].tolist() == [[0, 0], [lo + 1, lo]]  # lo + lo wraps to 0, as the runtime's sum_sat8
     assert got[0, 1].tolist() == [[hi, hi], [4, 5]]
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_the_bias_add_is_the_runtimes_saturating_add(bits: int) -> None:
+    """add_bias (a clip unless the bias holds MIN) gives sat_add's values for every sum and bias
+    inside the type: saturation both ways, MIN + MIN's wrap to 0 included."""
+    lo, hi = fixed_bounds(bits)
+    rng = np.random.default_rng(bits)
+    total = np.concatenate([rng.integers(lo, hi + 1, (3, 4, 5)), np.full((1, 4, 5), lo), np.full((1, 4, 5), hi)])
+    for bias in (rng.integers(lo + 1, hi + 1, 4), np.array([lo, hi, -1, 1]), np.array([lo + 1, hi, 0, -hi])):
+        view = bias.reshape(1, -1, 1)
+        got = fixed.add_bias(total, view, bits)
+        assert got.dtype == np.int64 and np.array_equal(got, fixed.sat_add(total, view, bits))
+        assert got.min() >= lo and got.max() <= hi

@@ -282,3 +282,33 @@ def test_check_fixed_point_reads_bias_corrects_integer_run(monkeypatch: pytest.M
         reports.append(ctx.report["fixed_point_check"])
     assert reports[0] == reports[1] and reports[0]["samples"] == 4
     assert reports[2] != reports[0]
+
+
+def test_large_samples_are_corrected_on_fewer_of_them() -> None:
+    """The default budget of input values: 8x8 digits keep all 16 samples, 96x96 RGB images
+    (27648 values each) 9, 224x224 ones the floor of 4; never more than asked."""
+    from qcc.quant.biascorr import SAMPLES
+    from qcc.quant.samples import sample_count
+
+    assert sample_count(SAMPLES, 64) == 16
+    assert sample_count(SAMPLES, 3 * 96 * 96) == 9
+    assert sample_count(SAMPLES, 3 * 224 * 224) == 4
+    assert sample_count(2, 3 * 224 * 224) == 2
+
+
+@pytest.mark.parametrize("annotate", ANNOTATIONS)
+def test_fewer_samples_read_the_first_rows_of_calibrates_reference(annotate: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """bias-correct{input_values=384} on 64-value digits measures 6 samples: it reads the first
+    6 rows of the 16 calibrate kept (no float run) and writes the biases bias-correct{samples=6}
+    gives with its own float run."""
+    path = str(DIGITS / "digits_cnn.onnx")
+    own, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct{{samples=6}}", CALIB)
+    model, ctx = quantize(path, f"fold-bn,calibrate{{reference=16}},{annotate}", CALIB)
+    runs = _float_runs(monkeypatch)
+    PassManager("bias-correct{input_values=384}").run(model, ctx)
+    assert not runs
+    _same_constants(model, own)
+    sixteen, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
+    assert any(a.const.tobytes() != b.const.tobytes()  # type: ignore[union-attr]
+               for a, b in zip(model.graph.constants, sixteen.graph.constants))

@@ -197,3 +197,18 @@ def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None
         registry._REGISTRY.pop(HardClamp.name, None)
         registry._REGISTRY.pop(Unbounded.name, None)
         registry._DERIVED.clear()
+
+
+def test_large_samples_are_observed_on_fewer_of_them(mobilenet_digits_files: NetFiles) -> None:
+    """equalize{input_values=384} on 64-value digits observes the first 6 samples: the weights
+    equalize{samples=6} gives, not those of all the samples."""
+    files = mobilenet_digits_files
+    budget, _ = folded(files, "fold-bn,equalize{input_values=384}")
+    six, _ = folded(files, "fold-bn,equalize{samples=6}")
+    every, _ = folded(files, "fold-bn,equalize")
+
+    def weights(model: Model) -> list[bytes]:
+        return [v.const.tobytes() for v in model.graph.constants if v.const is not None]
+
+    assert weights(budget) == weights(six)
+    assert weights(budget) != weights(every)

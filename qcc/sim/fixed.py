@@ -102,6 +102,17 @@ def sat_add(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     return np.where((a < 0) & (b < 0) & (r > 0), lo, r)
 
 
+def add_bias(total: np.ndarray, bias: np.ndarray, bits: int) -> np.ndarray:
+    """`sat_add` of a Convolution/Affine sum and its bias, both inside the type's range (a
+    saturated sum, `bias_ints`): only MIN + MIN wraps to 0, so without MIN in the bias the
+    runtime's saturating add is a clip (two passes, also where values saturate)."""
+    lo, hi = fixed_bounds(bits)
+    if bias.size and int(bias.min()) == lo:
+        return sat_add(total, bias, bits)
+    out = np.add(total, bias, dtype=np.int64)
+    return np.clip(out, lo, hi, out=out)
+
+
 def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     """nnabla-c-runtime's saturating subtract (sub_sat16/8): 0 - MIN gives MIN."""
     lo, hi = fixed_bounds(bits)
@@ -112,6 +123,8 @@ def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
 
 def to_float(q: np.ndarray, frac: int) -> np.ndarray:
     """The runtime's getter: q * 2**-frac in float32 (exact)."""
+    if abs(frac) <= 100:  # a product by a normal power of two: exact, as ldexp, and a SIMD loop
+        return np.multiply(np.asarray(q, dtype=F32), F32(2.0 ** -frac))
     return np.ldexp(np.asarray(q, dtype=F32), -frac)
 
 
@@ -214,8 +227,10 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     group = node.attrs["group"]
     _, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
     dtype = exact_float(x, w, n, fy.bits)
+    if dtype is not None and cg == 1:  # the depthwise loop reads every tap: convert the input once
+        xp = xp.astype(dtype)
+    win = windows(xp, (kh, kw), strides, dil)  # N, C, OH, OW, KH, KW
     if dtype is None:
         y = _conv_int64(win, w, group, n, fy.bits)
     elif cg == 1:
@@ -223,7 +238,7 @@ def conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     else:
         y = _conv_blocked(win, w, group, n, fy.bits, dtype)
     if len(args) > 2 and args[2] is not None:
-        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
+        y = add_bias(y, bias_ints(node, args[2]).reshape(1, -1, 1, 1), fy.bits)
     return [y]
 
 
@@ -262,7 +277,7 @@ def _conv_one_channel(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: 
     acc: np.ndarray = np.zeros((batch, group, og, oh, ow), dtype=dtype)
     term = np.empty_like(acc)
     for tap in range(kh * kw):
-        xs: np.ndarray = win[:, :, :, :, tap // kw, tap % kw].astype(dtype)[:, :, None]  # N, G, 1, OH, OW
+        xs: np.ndarray = win[:, :, :, :, tap // kw, tap % kw].astype(dtype, copy=False)[:, :, None]  # N, G, 1, OH, OW
         np.multiply(xs, scaled[None, :, :, tap, None, None], out=term)
         acc += term
     lo, hi = fixed_bounds(bits)
@@ -342,7 +357,7 @@ def dense_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     total = (args[0].astype(np.float64) @ args[1].astype(np.float64)).astype(np.int64)
     y = saturate(shift(total, fx.frac + fw.frac - fy.frac), fy.bits)
     if len(args) > 2 and args[2] is not None:
-        y = sat_add(y, bias_ints(node, args[2]).reshape(1, -1), fy.bits)
+        y = add_bias(y, bias_ints(node, args[2]).reshape(1, -1), fy.bits)
     return [y]
 
 

@@ -1,0 +1,35 @@
+"""How many calibration samples a pass that runs the model on them reads (numpy-free arithmetic).
+
+equalize (per-channel ranges of the float model) and bias-correct (per-channel mean errors) run
+the model on the first calibration samples; what they measure per channel is a statistic over
+every position of every sample. A large input gives each channel many positions per sample, so a
+few samples hold as many as many small ones, while the runs cost in proportion to the input: the
+passes read as many samples as hold a budget of input values (never fewer than `MIN_SAMPLES`,
+never more than their `samples` option).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+INPUT_VALUES = 1 << 18
+"""The default budget of input values (all samples together): 16 samples of 8x8 digits read all
+of them, 96x96 RGB images 9, 224x224 ones 4."""
+
+MIN_SAMPLES = 4
+"""The fewest samples the budget leaves (a statistic over fewer images follows the images)."""
+
+
+def sample_count(samples: int, per_sample: int, budget: int = INPUT_VALUES) -> int:
+    """How many of the first `samples` samples to read when each holds `per_sample` input
+    values: all while they fit `budget`, else as many as fit, at least `MIN_SAMPLES` (never more
+    than `samples`)."""
+    return min(samples, max(MIN_SAMPLES, budget // max(per_sample, 1)))
+
+
+def values_per_sample(batches: Sequence[Mapping[str, Any]]) -> int:
+    """Input values of one sample (every graph input) of the first batch (arrays, batch first)."""
+    first = batches[0] if batches else {}
+    return sum(math.prod(int(d) for d in v.shape[1:]) for v in first.values())

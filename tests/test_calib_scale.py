@@ -175,7 +175,9 @@ def test_sharded_sensitivity_ranking_is_identical(model_file: Path, data: dict[s
 def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: dict[str, np.ndarray],
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same statistics, shifts and ranking; the weights reach the workers once, however many
-    shards and passes hold them (here every array of 1 KB or more travels by scatter: w2)."""
+    shards and passes hold them (here every array of 1 KB or more travels apart: w2), through
+    files the workers read (they share this machine). A file whose contents differ from its
+    key is never used: the map runs again by scatter, with the same results."""
     distributed = pytest.importorskip("distributed")
     from qcc.pm import cluster as dask_jobs
 
@@ -186,19 +188,62 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
     ranking = sensitivity_run(model_file, data, tmp_path / "one.onnx")
     quantized = quantized_batches(model_file, data)
     shifts = own_errors(*quantized)
+    halved = {"x": data["x"] * np.float32(0.5)}
+    single_halved = collect(model, halved, 1, rebatch=4).to_dict()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         try:
             workers = Workers(cluster=cluster.scheduler_address)
             assert workers.slots() == 2
             assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
             session = dask_jobs.session(cluster.scheduler_address)
-            assert session.sent_bytes == weight.nbytes  # both shards' weight, scattered once
+            assert session.use_files and session.files is not None
+            folder = session.files.folder
+            assert session.sent_bytes == weight.nbytes  # both shards' weight, filed once
+            assert len(list(folder.iterdir())) == 1  # the shards' data files are gone, the weight's kept
             sharded = own_errors(*quantized, workers)  # another model object, the same weight
             assert session.sent_bytes == weight.nbytes
             assert len(sharded) == 3 and all(np.array_equal(shifts[k], v) for k, v in sharded.items())
             assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
+
+            put = dask_jobs._Files.put
+
+            def tampered(self: Any, key: str, array: np.ndarray) -> str:
+                path = put(self, key, array)
+                with open(path, "r+b") as fh:  # the last element's bytes changed after the client wrote them
+                    fh.seek(-4, os.SEEK_END)
+                    fh.write(b"\x00\x00\x80\x7f")
+                return path
+
+            monkeypatch.setattr(dask_jobs._Files, "put", tampered)
+            assert collect_sharded(model, halved, 1, workers, rebatch=4).to_dict() == single_halved
+            assert session.use_files is False and session.files is None and not folder.exists()
+            assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single  # by scatter now
         finally:
             dask_jobs.close_sessions()
+
+
+def test_a_worker_reads_a_filed_array_only_with_its_contents(tmp_path: Path) -> None:
+    from qcc.pm import cluster as dask_jobs
+
+    files = dask_jobs._Files()
+    try:
+        weight = np.arange(dask_jobs.SHARED_BYTES // 4, dtype=np.float32)
+        key = dask_jobs.content_key(weight)
+        blob, arrays = dask_jobs.pickled_job((np.sum, weight))
+        path = files.put(key, weight)
+        assert list(arrays) == [key] and files.put(key, weight.copy()) == path  # written once
+        assert dask_jobs.run_job(blob, {}, {key: path}) == weight.sum()
+        changed = weight.copy()
+        changed[7] = -1
+        np.save(path, changed)
+        with pytest.raises(dask_jobs.Unreadable, match="contents are not"):
+            dask_jobs.run_job(blob, {}, {key: path})
+        os.unlink(path)
+        with pytest.raises(dask_jobs.Unreadable, match="cannot read it"):
+            dask_jobs.run_job(blob, {}, {key: path})
+    finally:
+        files.close()
+    assert not files.folder.exists()
 
 
 def accuracy_run(tmp_path: Path, name: str, max_drop: float, **kwargs: Any) -> tuple[Any, Any, bytes]:

@@ -183,10 +183,41 @@ class _Session:
 
 
 _SESSIONS: dict[str, _Session] = {}
+_CONNECTING: dict[str, tuple[threading.Thread, list[QccError]]] = {}
+_SESSIONS_LOCK = threading.Lock()
 
 
-def session(address: str) -> _Session:
-    """The process's client for the scheduler at `address` (connected at the first call)."""
+def connect_soon(address: str) -> None:
+    """Connect to the scheduler at `address` and probe its workers' file access on a thread, while
+    this process loads the model and runs the passes before the first map (0.5-0.7 s: importing
+    distributed, the handshake, the probe)."""
+    with _SESSIONS_LOCK:
+        if address in _SESSIONS or address in _CONNECTING:
+            return
+        errors: list[QccError] = []
+
+        def connect() -> None:
+            try:
+                session(address, waiting=False).filing()
+            except QccError as exc:  # raised again by the first session() that needs it
+                errors.append(exc)
+            except Exception:  # the first session() connects again and reports what fails
+                return
+
+        thread = threading.Thread(target=connect, name="qcc-cluster-connect", daemon=True)
+        _CONNECTING[address] = (thread, errors)
+    thread.start()
+
+
+def session(address: str, waiting: bool = True) -> _Session:
+    """The process's client for the scheduler at `address` (connected at the first call, or by
+    connect_soon's thread, whose end is awaited)."""
+    pending = _CONNECTING.get(address) if waiting else None
+    if pending is not None:
+        pending[0].join()
+        _CONNECTING.pop(address, None)
+        if pending[1]:
+            raise pending[1][0]
     found = _SESSIONS.get(address)
     if found is not None:
         return found
@@ -198,14 +229,18 @@ def session(address: str) -> _Session:
         client = Client(address, timeout=30, set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise UsageError(f"--cluster {address}: cannot reach the Dask scheduler ({exc})") from None
-    if not _SESSIONS:
-        atexit.register(close_sessions)
-    _SESSIONS[address] = found = _Session(client)
+    with _SESSIONS_LOCK:
+        if not _SESSIONS:
+            atexit.register(close_sessions)
+        _SESSIONS[address] = found = _Session(client)
     return found
 
 
 def close_sessions() -> None:
     """Disconnect every client (its scattered arrays are released on the workers, its files removed)."""
+    for thread, _ in list(_CONNECTING.values()):
+        thread.join(timeout=35)  # a connection under way: its session is closed below
+    _CONNECTING.clear()
     while _SESSIONS:
         _, found = _SESSIONS.popitem()
         with contextlib.suppress(Exception):  # a scheduler already gone: nothing left to release

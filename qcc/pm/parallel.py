@@ -46,6 +46,13 @@ class Workers:
     def describe(self) -> str:
         return f"Dask cluster {self.cluster}" if self.cluster else f"{self.count} local process(es)"
 
+    def connect_soon(self) -> None:
+        """Start connecting to the cluster (if any) while the caller does other work."""
+        if self.cluster is not None:
+            from qcc.pm.cluster import connect_soon
+
+            connect_soon(self.cluster)
+
     def slots(self) -> int:
         """How many shards keep every worker busy (one per worker: shards are equal)."""
         if self.cluster is None:

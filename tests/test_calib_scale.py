@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -223,10 +225,21 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
 
 
 def test_a_worker_reads_a_filed_array_only_with_its_contents(tmp_path: Path) -> None:
+    """A filed array is checked against its key; a killed client's folder is removed by the next
+    client (in /dev/shm it is memory until the machine restarts), a running one's is left alone."""
     from qcc.pm import cluster as dask_jobs
 
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    root = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
+    orphan, alive = root / f"qcc-arrays-{ended.pid}-test", root / f"qcc-arrays-{running.pid}-test"
+    for folder in (orphan, alive):
+        folder.mkdir()
+        (folder / "a.npy").write_bytes(b"x")
     files = dask_jobs._Files()
     try:
+        assert not orphan.exists() and alive.exists()
         weight = np.arange(dask_jobs.SHARED_BYTES // 4, dtype=np.float32)
         key = dask_jobs.content_key(weight)
         blob, arrays = dask_jobs.pickled_job((np.sum, weight))
@@ -243,6 +256,10 @@ def test_a_worker_reads_a_filed_array_only_with_its_contents(tmp_path: Path) -> 
             dask_jobs.run_job(blob, {}, {key: path})
     finally:
         files.close()
+        running.kill()
+        running.wait()
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(orphan, ignore_errors=True)
     assert not files.folder.exists()
 
 

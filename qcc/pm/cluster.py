@@ -75,8 +75,9 @@ class _Files:
     """The client's arrays as .npy files named by content key, in a folder of its own."""
 
     def __init__(self) -> None:
-        root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory, where there is such a folder
-        self.folder = Path(tempfile.mkdtemp(prefix="qcc-arrays-", dir=root))
+        root = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())  # memory where it can
+        _remove_orphans(root)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"qcc-arrays-{os.getpid()}-", dir=root))
         self.paths: dict[str, str] = {}
 
     def put(self, key: str, array: np.ndarray) -> str:
@@ -110,6 +111,21 @@ class _Files:
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
         self.paths.clear()
+
+
+def _remove_orphans(root: Path) -> None:
+    """The folders of clients that ended without removing theirs (killed): files in /dev/shm are
+    memory until the machine restarts."""
+    for folder in root.glob("qcc-arrays-*-*"):
+        pid = folder.name.split("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # another user's process: alive
+            continue
 
 
 def _reads(path: str, token: str) -> bool:

@@ -246,6 +246,10 @@ def test_a_worker_reads_a_filed_array_only_with_its_contents(tmp_path: Path) -> 
         path = files.put(key, weight)
         assert list(arrays) == [key] and files.put(key, weight.copy()) == path  # written once
         assert dask_jobs.run_job(blob, {}, {key: path}) == weight.sum()
+        columns = np.asfortranarray(weight.reshape(64, -1))  # a layout pickle keeps, so must the file
+        blob_f, arrays_f = dask_jobs.pickled_job((lambda a: (a.flags.f_contiguous, a.tolist()), columns))
+        (key_f,) = arrays_f
+        assert dask_jobs.run_job(blob_f, {}, {key_f: files.put(key_f, columns)}) == (True, columns.tolist())
         changed = weight.copy()
         changed[7] = -1
         np.save(path, changed)

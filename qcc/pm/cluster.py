@@ -86,7 +86,7 @@ class _Files:
             final = self.folder / (hashlib.blake2b(key.encode(), digest_size=16).hexdigest() + ".npy")
             partial = final.with_suffix(".part")
             with open(partial, "wb") as fh:
-                np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
+                np.lib.format.write_array(fh, array, allow_pickle=False)  # Fortran order kept, as pickle keeps it
             os.replace(partial, final)
             self.paths[key] = path = str(final)
         return path
@@ -270,7 +270,7 @@ def close_sessions() -> None:
 def dask_map(address: str, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     """[fn(item) for item in items] on the cluster's workers, large arrays sent once."""
     found = session(address)
-    keys: dict[int, str] = {}  # the jobs share their model: each array hashed once
+    keys: dict[int, tuple[np.ndarray, str]] = {}  # the jobs share their model: each array hashed once
     jobs = [pickled_job((fn, item), keys) for item in items]
     uses = Counter(key for _, arrays in jobs for key in arrays)
     try:
@@ -321,7 +321,7 @@ def content_key(array: np.ndarray) -> str:
     return f"{array.dtype.str}{array.shape}{digest.hexdigest()}"
 
 
-def pickled_job(job: Any, keys: dict[int, str] | None = None) -> tuple[bytes, dict[str, np.ndarray]]:
+def pickled_job(job: Any, keys: dict[int, tuple[np.ndarray, str]] | None = None) -> tuple[bytes, dict[str, np.ndarray]]:
     """cloudpickle bytes of `job` without its arrays of SHARED_BYTES or more, and those arrays by
     content key; `keys` remembers the keys by array identity, for jobs pickled together (the
     arrays alive and unchanged meanwhile). An IR graph links every value to its producer and users, so pickling recurses
@@ -334,11 +334,10 @@ def pickled_job(job: Any, keys: dict[int, str] | None = None) -> tuple[bytes, di
     class Pickler(cloudpickle.CloudPickler):  # type: ignore[misc]
         def persistent_id(self, obj: Any) -> str | None:
             if type(obj) is np.ndarray and obj.nbytes >= SHARED_BYTES and obj.dtype.kind in "biuf":
-                key = keys.get(id(obj)) if keys is not None else None
-                if key is None:
-                    key = content_key(obj)
-                    if keys is not None:
-                        keys[id(obj)] = key
+                known = keys.get(id(obj)) if keys is not None else None
+                key = known[1] if known is not None else content_key(obj)
+                if keys is not None and known is None:
+                    keys[id(obj)] = (obj, key)  # the array held: its id names no other array meanwhile
                 arrays[key] = obj
                 return key
             return None

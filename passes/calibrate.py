@@ -32,6 +32,7 @@ from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
+from qcc.sim.split import SplitProducts, product_threads
 
 
 def _positive(name: str) -> Any:
@@ -270,6 +271,7 @@ class _Run:
         self.observer = _Observer(model, num_bins, pre_bias)
         self.runner: Runner | None = None
         self.background: BackgroundObserver | None = None
+        self.split: SplitProducts | None = None
         self.samples = 0
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> None:
@@ -278,8 +280,11 @@ class _Run:
             # onnxruntime hands over a whole batch at once: room for it, binned while the next batch runs
             depth = len(observed) + 1 if self.engine == "onnxruntime" else 4
             self.background = BackgroundObserver(self.observer, depth)
-            self.runner = (_ort_runner(self.model, observed, self.background) if self.engine == "onnxruntime"
-                           else _qcc_runner(self.model, self.background))
+            if self.engine == "onnxruntime":
+                self.runner = _ort_runner(self.model, observed, self.background)
+            else:
+                self.split = SplitProducts(product_threads(worker_threads()))
+                self.runner = _qcc_runner(self.model, self.background, self.split)
         assert self.background is not None
         self.background.call(self.observer.batch_counts.clear)  # in order with the observations
         self.runner(feeds)
@@ -289,6 +294,9 @@ class _Run:
         if self.background is not None:
             self.background.close()
             self.background = None
+        if self.split is not None:
+            self.split.close()
+            self.split = None
 
     def result(self) -> Calibration:
         if self.background is not None:
@@ -307,7 +315,8 @@ def _rebound(model: Model, rebatch: int | None) -> Model | None:
         return None
     static = int(inputs[0].type.shape[0])
     largest = max((_nbytes(v) for n in model.graph.nodes for v in n.outputs), default=0)
-    fits = max(1, _REBATCH_BYTES // max(largest, 1))  # batches of the static size that stay in cache
+    # batches of the static size that stay in cache, or one per thread of the products (qcc.sim.split)
+    fits = max(product_threads(worker_threads()), _REBATCH_BYTES // max(largest, 1))
     wanted = static * min(rebatch // static, fits) if static else 0
     return rebatched(model, wanted) if wanted > static else None
 
@@ -440,11 +449,11 @@ class _Observer:
 Runner = Callable[[dict[str, np.ndarray]], object]
 
 
-def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None]) -> Runner:
+def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None], split: SplitProducts) -> Runner:
     from qcc.sim.compare import passthrough
     from qcc.sim.interpreter import Interpreter
 
-    kernels: dict[str, Any] = {op: _per_sample(get_schema(op).kernel) for op in ops_with("product")
+    kernels: dict[str, Any] = {op: split.wrap(_per_sample(get_schema(op).kernel)) for op in ops_with("product")
                                if not get_schema(op).has("elementwise")}
     return Interpreter(model, observer=observe, kernels={**kernels, "Quantize": passthrough}).run
 

@@ -30,7 +30,7 @@ from qcc.driver import load
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.rebatch import rebatched
-from qcc.pm.parallel import Workers
+from qcc.pm.parallel import Workers, worker_threads
 from qcc.testing import constant, make_model
 from tests.cli_util import one_error_line, qcc
 
@@ -196,6 +196,9 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
         try:
             workers = Workers(cluster=cluster.scheduler_address)
             assert workers.slots() == 2
+            # the nanny allows each Dask thread one BLAS thread: a job's products run on one, as a
+            # forked worker's do, not on every core beside the other workers
+            assert workers.map(lambda _: worker_threads(), [0, 1]) == [1, 1] and worker_threads() is None
             assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
             session = dask_jobs.session(cluster.scheduler_address)
             assert session.use_files and session.files is not None
@@ -389,3 +392,4 @@ def test_glibc_is_left_alone_where_it_adapts_and_compile_runs_in_the_adapted_hea
 
     qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / "out.onnx", passes="")
     assert entered == [True]
+

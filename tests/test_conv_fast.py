@@ -208,3 +208,33 @@ def test_pools_match_window_references() -> None:
         np.testing.assert_array_equal(ymax, _window_reduce(x, attrs, out_hw, "max").astype(np.float32))
         np.testing.assert_allclose(yavg, _window_reduce(x, attrs, out_hw, "mean"), rtol=1e-6, atol=1e-6)
         checked += 1
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_narrowing_convolution_sums_taps_without_a_patch_matrix(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stride 1, O <= C/2 (DenseNet's 3x3 layers): one product of all taps' weights with the padded
+    input, the taps' shifted slices summed; no im2col copy (nn._tap is never called). Each sample
+    gets the bits it has alone, and the window sums hold within float32 rounding."""
+    def no_patches(*args: Any) -> Any:
+        raise AssertionError("im2col patch matrix built")
+
+    monkeypatch.setattr(nn, "_tap", no_patches)
+    rng = np.random.default_rng(50 + seed)
+    for _ in range(12):
+        kh, kw = int(rng.integers(1, 5)), int(rng.integers(2, 5))
+        dil = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+        pads = [int(v) for v in rng.integers(0, 3, 4)]
+        o = int(rng.integers(1, 5))
+        c = 2 * o + int(rng.integers(0, 6))
+        h, w_ = int(rng.integers(dil[0] * (kh - 1) + 1, 12)), int(rng.integers(dil[1] * (kw - 1) + 1, 12))
+        attrs = {"strides": [1, 1], "pads": pads, "dilations": dil, "group": 1}
+        x = rng.standard_normal((3, c, h, w_)).astype(np.float32)
+        w = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        y = conv2d(x, w, b, attrs)
+        ref = reference_conv(x, w, b, attrs)
+        assert y.dtype == np.float32 and y.flags.c_contiguous and y.shape == ref.shape, attrs
+        bound = 1e-6 * (np.abs(x).max() * np.abs(w).max() * c * kh * kw + 1)
+        assert np.abs(y - ref).max() <= bound, attrs
+        for k in range(3):
+            assert conv2d(x[k:k + 1], w, b, attrs).tobytes() == y[k:k + 1].tobytes(), attrs

@@ -122,6 +122,10 @@ def _conv_gemm(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int]
     if kh == kw == 1 and not any(pads) and strides == [1, 1]:  # the input is the patch matrix
         np.matmul(wk, x.reshape(n, group, cg, oh * ow), out=y.reshape(n, group, og, oh * ow))
         return y
+    if (strides == [1, 1] and group == 1 and 2 * o <= c and x.dtype.kind == "f"
+            and kh * kw * o * ((x.shape[2] + pads[0] + pads[2] + 1) * (x.shape[3] + pads[1] + pads[3])) <= _BLOCK_ELEMENTS):
+        _conv_by_taps(x, w, pads, dil, y)
+        return y
     xp = _padded(x, pads)
     per_row = max(1, c * kh * kw * ow)
     rows = max(1, min(oh, _BLOCK_ELEMENTS // per_row))
@@ -141,6 +145,42 @@ def _conv_gemm(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int]
             else:
                 y[n0:n0 + m, :, r0:r1] = np.matmul(wk, patches).reshape(m, o, r1 - r0, ow)
     return y
+
+
+def _conv_by_taps(x: np.ndarray, w: np.ndarray, pads: list[int], dil: list[int], y: np.ndarray) -> None:
+    """A stride-1 float convolution that narrows the channels (DenseNet's 3x3 layers: 128 -> 32)
+    as one product of every tap's weights with the padded input, then the taps' shifted slices summed.
+
+    With the padded image flattened row by row, tap (i, j) of output pixel (r, q) reads element
+    (r + i*dh) * Wp + q + j*dw: output row r's Wp columns, shifted by i*dh*Wp + j*dw, are one
+    contiguous slice of that tap's product rows (the last kw-1 columns of each row are past the
+    image and dropped). The patch matrix that im2col writes (KH*KW times the input) is never built:
+    the product reads the input once and writes KH*KW*O rows, fewer when O < C. One sample at a
+    time, taps summed in a fixed order: a sample's bits never depend on its batch.
+    """
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = y.shape[2:]
+    hp, wp = h + pads[0] + pads[2], wd + pads[1] + pads[3]
+    span = oh * wp
+    length = hp * wp + (kw - 1) * dil[1]
+    taps = np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(kh * kw * o, c)
+    flat = np.zeros((c, length), dtype=x.dtype)
+    image = flat[:, :hp * wp].reshape(c, hp, wp)[:, pads[0]:pads[0] + h, pads[1]:pads[1] + wd]
+    products = np.empty((kh * kw * o, length), dtype=x.dtype)
+    total = np.empty((o, span), dtype=x.dtype)
+    for k in range(n):
+        image[...] = x[k]  # the borders stay zero
+        np.matmul(taps, flat, out=products)
+        for tap in range(kh * kw):
+            i, j = divmod(tap, kw)
+            start = i * dil[0] * wp + j * dil[1]
+            part = products[tap * o:(tap + 1) * o, start:start + span]
+            if tap:
+                total += part
+            else:
+                total[...] = part
+        y[k] = total.reshape(o, oh, wp)[:, :, :ow]
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],

@@ -1,0 +1,105 @@
+"""Calibration splits a batch's matrix products by samples across threads (qcc.sim.split).
+
+BLAS runs one thread per call meanwhile (its threads spin-wait for each other, which cost a
+third of the CPU beside the binning thread); each sample's result must be the bits it has when
+it runs alone, whatever the batch and the split, and BLAS's own thread count is back afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from qcc.passes.calibrate import collect
+
+import qcc.ir.ops.nn as nn_ops
+from qcc.ir.core import Graph, Model, Value
+from qcc.sim.interpreter import Interpreter
+from qcc.sim.split import SplitProducts
+from qcc.testing import constant, make_model
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def convs_and_dense(g: Graph, x: Value) -> Value:
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((8, 8, 1, 1)).astype(np.float32)
+    fc = rng.standard_normal((8 * 5 * 5, 10)).astype(np.float32)
+    y = g.add("Relu", g.add("Conv", x, constant(g, w1, "w"), constant(g, np.ones(8, np.float32), "b"),
+                            pads=[1, 1, 1, 1], strides=[2, 2]))
+    y = g.add("Conv", y, constant(g, w2, "w"))
+    return g.add("MatMul", g.add("Flatten", y), constant(g, fc, "fc"))
+
+
+def model() -> Model:
+    return make_model({"x": ("N", 3, 10, 10)}, convs_and_dense)
+
+
+OUT = model().graph.outputs[0].name
+
+
+def data(samples: int) -> np.ndarray:
+    return np.random.default_rng(5).standard_normal((samples, 3, 10, 10)).astype(np.float32)
+
+
+def blas_threads() -> list[int]:
+    return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_each_sample_gets_the_bits_it_has_alone(threads: int) -> None:
+    from qcc.passes.calibrate import _per_sample
+
+    m, x = model(), data(7)  # 7 samples: unequal parts
+    alone = np.concatenate([Interpreter(m).run({"x": x[k:k + 1]})[OUT] for k in range(len(x))])
+    split = SplitProducts(threads)
+    try:
+        kernels: dict[str, Any] = {op: split.wrap(_per_sample(Interpreter(m).kernel_for(n)))
+                                   for n in m.graph.nodes for op in [n.op] if op in ("Conv", "MatMul")}
+        batched = Interpreter(m, kernels=kernels).run({"x": x})[OUT]
+    finally:
+        split.close()
+    assert batched.dtype == alone.dtype and np.array_equal(batched, alone)
+
+
+def test_collect_splits_the_products_with_the_statistics_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    m, x = model(), data(9)
+    before = blas_threads()
+    ran_on: set[str] = set()
+    conv2d = nn_ops.conv2d
+
+    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
+        ran_on.add(threading.current_thread().name)
+        return conv2d(*args, **kwargs)
+
+    monkeypatch.setattr(nn_ops, "conv2d", spy)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    one = collect(m, {"x": x}, 3).to_dict()
+    assert ran_on == {threading.current_thread().name}
+    ran_on.clear()
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    split = collect(m, {"x": x}, 3).to_dict()
+    assert ran_on and all(name.startswith("qcc-product") for name in ran_on)
+    assert split == one
+    assert blas_threads() == before
+    assert not [t for t in threading.enumerate() if t.name.startswith("qcc-product")]
+
+
+def test_a_static_batch_is_rebound_to_one_sample_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However large its activations (ResNet-50's 3 MB at 224x224 kept it at batch 1 before):
+    without a batch of several samples there is nothing to split."""
+    import qcc.passes.calibrate as calibrate
+
+    static = make_model({"x": (1, 3, 10, 10)}, convs_and_dense)
+    monkeypatch.setattr(calibrate, "_REBATCH_BYTES", 1)  # every activation "too large" for a wider batch
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert calibrate._rebound(static, 32) is None
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    wide = calibrate._rebound(static, 32)
+    assert wide is not None and wide.graph.inputs[0].type.shape[0] == 3
+    x = data(7)
+    assert collect(static, {"x": x}, 1, rebatch=32).to_dict() == collect(static, {"x": x}, 1).to_dict()

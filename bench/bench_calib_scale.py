@@ -15,20 +15,25 @@ wall time.
    the same repetition.
 2. rss: peak RSS growth (VmHWM minus VmRSS once model and data are loaded) of `collect` on a
    static-batch ResNet tail (tests/test_calib_scale.py) at 100 and 1000 samples.
-3. workers: `qcc compile --quantize int8` of light_resnet50 with S samples, `--workers 1`,
-   `--workers 2`, and `--cluster` on a Dask LocalCluster of 2 single-thread worker processes
-   started by this script (its start-up is not timed). The output files are compared byte for
-   byte; RSS is the peak of the sum over the process tree (polled every 50 ms; the Dask workers
-   included).
+3. workers: `qcc compile --quantize int8` of light_resnet50 with S samples, `--workers 1` (the
+   default single process, with its BLAS threads), `--workers 2`, and `--cluster` on a Dask
+   LocalCluster of 2 single-thread worker processes started by this script (its start-up is not
+   timed); with --one-thread-row also the single process limited to one BLAS thread (a worker's
+   budget), labelled as such. The output files are compared byte for byte. CPU time is the whole
+   tree's: the process and its waited children, plus what the Dask workers spent meanwhile
+   (/proc); "cores" is CPU / wall. RSS is the peak of the sum over the process tree (polled every
+   50 ms; the Dask workers included) plus the arrays the cluster client filed in /dev/shm
+   (qcc.pm.cluster), which no process's RSS shows.
 
 Run: .venv/bin/python bench/bench_calib_scale.py [--parts floor,rss,workers] [--repeat 3]
-     [--floor-samples 8] [--workers-samples 48] [--no-write]
+     [--floor-samples 8] [--workers-samples 160] [--one-thread-row] [--no-write]
 Results are printed and written to docs/benchmarks.md under "## Calibration at scale".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -141,16 +146,37 @@ def _tree_rss_mb(root: int) -> float:
     return total / 2**20
 
 
-def timed_process(argv: list[str], also: Sequence[int] = ()) -> dict[str, Any]:
-    """Wall, CPU (the process and its waited children) and peak RSS of the tree (+ `also` pids)."""
+def _cpu_of(pids: Sequence[int]) -> float:
+    """CPU seconds (user + sys, waited children included) the processes `pids` have spent."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _shm_mb() -> float:
+    """The arrays cluster clients have filed in /dev/shm (tmpfs: memory no process's RSS shows)."""
+    total = 0
+    for folder in Path("/dev/shm").glob("qcc-arrays-*"):
+        with contextlib.suppress(OSError):
+            total += sum(f.stat().st_size for f in folder.iterdir())
+    return total / 2**20
+
+
+def timed_process(argv: list[str], also: Sequence[int] = (), env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Wall, CPU (the process and its waited children, + what the `also` pids spent meanwhile) and
+    peak RSS of the tree (+ the `also` pids and the arrays filed in /dev/shm)."""
     peak = [0.0]
+    cpu_before = _cpu_of(also)
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     done = threading.Event()
 
     def poll() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_mb(proc.pid) + sum(_tree_rss_mb(p) for p in also))
+            peak[0] = max(peak[0], _tree_rss_mb(proc.pid) + sum(_tree_rss_mb(p) for p in also) + _shm_mb())
             time.sleep(0.05)
 
     watcher = threading.Thread(target=poll, daemon=True)
@@ -161,7 +187,7 @@ def timed_process(argv: list[str], also: Sequence[int] = ()) -> dict[str, Any]:
     watcher.join()
     if status:
         raise RuntimeError(f"{argv}: exit status {status}: {proc.stderr.read().decode() if proc.stderr else ''}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss": peak[0]}
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime + _cpu_of(also) - cpu_before, "rss": peak[0]}
 
 
 def spread(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -206,7 +232,7 @@ def part_rss(counts: list[int]) -> list[str]:
     return [*lines, ""]
 
 
-def part_workers(work: Path, samples: int, repeat: int) -> list[str]:
+def part_workers(work: Path, samples: int, repeat: int, one_thread_row: bool) -> list[str]:
     from compare_ort_quant import light_model, random_input
     from distributed import LocalCluster
 
@@ -224,31 +250,36 @@ def part_workers(work: Path, samples: int, repeat: int) -> list[str]:
     os.environ.clear()
     os.environ.update(environment)
     pids = [int(w.process.pid) for w in cluster.workers.values()]  # type: ignore[union-attr]
-    configs = {"1 process": ["--workers", "1"], "--workers 2": ["--workers", "2"],
-               "--cluster (Dask, 2 workers)": ["--cluster", cluster.scheduler_address]}
+    one_thread = {**environment, **{k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    configs: dict[str, tuple[list[str], dict[str, str] | None]] = {"1 process (default)": (["--workers", "1"], None)}
+    if one_thread_row:
+        configs["1 process, 1 BLAS thread (a worker's budget, not the default)"] = (["--workers", "1"], one_thread)
+    configs["--workers 2"] = (["--workers", "2"], None)
+    configs["--cluster (Dask, 2 workers)"] = (["--cluster", cluster.scheduler_address], None)
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in configs}
     outputs: dict[str, bytes] = {}
     try:
         for _ in range(repeat):
-            for label, flags in configs.items():
+            for label, (flags, env) in configs.items():
                 out = work / f"out_{len(outputs)}.onnx"
                 got[label].append(timed_process([*base, "-o", str(out), *flags],
-                                                pids if "cluster" in label else []))
+                                                pids if "cluster" in label else [], env))
                 outputs[label] = out.read_bytes()
                 out.unlink()
     finally:
         cluster.close()
-    first = outputs["1 process"]
+    first = outputs["1 process (default)"]
     lines = [f"### Sharded calibration: light_resnet50, {samples} samples, qcc compile --quantize int8 "
              f"({repeat} repetitions)", "",
-             "| run | wall s | CPU s (process + forked workers) | speed-up (wall, pairwise) | peak RSS MB (tree) | "
-             "output bytes |", "|---|---|---|---|---|---|"]
+             "| run | wall s | CPU s (whole tree, Dask workers included) | cores used (CPU / wall) | "
+             "speed-up (wall, pairwise, vs the default 1 process) | peak RSS MB (tree + /dev/shm) | output bytes |",
+             "|---|---|---|---|---|---|---|"]
     for label in configs:
         rows = got[label]
-        speed = [b["wall"] / r["wall"] for r, b in zip(rows, got["1 process"])]
-        cpu = spread([r["cpu"] for r in rows]) if "cluster" not in label else "n/a (Dask workers)"
+        speed = [b["wall"] / r["wall"] for r, b in zip(rows, got["1 process (default)"])]
         same = "identical" if outputs[label] == first else "DIFFERENT"
-        lines.append(f"| {label} | {spread([r['wall'] for r in rows])} | {cpu} | {spread(speed)} | "
+        lines.append(f"| {label} | {spread([r['wall'] for r in rows])} | {spread([r['cpu'] for r in rows])} | "
+                     f"{spread([r['cpu'] / r['wall'] for r in rows])} | {spread(speed)} | "
                      f"{spread([r['rss'] for r in rows], '{:.0f}')} | {same} |")
         print(lines[-1], flush=True)
     return [*lines, ""]
@@ -281,7 +312,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--floor-samples", type=int, default=8)
     ap.add_argument("--rss-samples", default="100,1000")
-    ap.add_argument("--workers-samples", type=int, default=48)
+    ap.add_argument("--workers-samples", type=int, default=160,
+                    help="160: a single-process compile of >= 30 s on a quiet 2-core machine (issue 19)")
+    ap.add_argument("--one-thread-row", action="store_true",
+                    help="also the single process with one BLAS thread (a worker's budget; labelled, not the baseline)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--floor-worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--rss-worker", type=int, help=argparse.SUPPRESS)
@@ -303,7 +337,7 @@ def main() -> None:
         if "rss" in parts:
             lines += part_rss([int(n) for n in args.rss_samples.split(",")])
         if "workers" in parts:
-            lines += part_workers(work, args.workers_samples, args.repeat)
+            lines += part_workers(work, args.workers_samples, args.repeat, args.one_thread_row)
     print("\n".join(lines))
     if not args.no_write:
         write_section(lines, args)

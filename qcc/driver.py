@@ -159,6 +159,9 @@ def _compile(
     from qcc.progress import progress_bar
 
     progress = sys.stderr.isatty() if opts.progress is None else opts.progress
+    workers = Workers(opts.workers, opts.cluster)
+    if opts.calib is not None:  # calibration is sharded: the cluster's client connects while the model loads
+        workers.connect_soon()
     if isinstance(model, Model):
         if opts.input_shapes:
             raise UsageError("input_shapes binds the inputs of a model qcc loads; this one is already a qcc Model")
@@ -199,7 +202,7 @@ def _compile(
     pipeline = with_target_passes(pipeline, backend, target_opts, memory_plan=not explicit)
     check_order(pipeline, loaded.passes_run, {f"target {backend.name!r}": tuple(backend.requires)})
     ctx = PassContext(target=constraints, overrides=tuple(opts.overrides), progress=progress,
-                      metric=opts.metric, workers=Workers(opts.workers, opts.cluster))
+                      metric=opts.metric, workers=workers)
     input_names = [v.name for v in loaded.graph.inputs]
     if opts.calib is not None:
         from qcc.data import open_data

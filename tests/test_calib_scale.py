@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from qcc.driver import load
 from qcc.errors import UsageError
 from qcc.ir.core import Graph, Model, Value
 from qcc.ir.rebatch import rebatched
-from qcc.pm.parallel import Workers
+from qcc.pm.parallel import Workers, worker_threads
 from qcc.testing import constant, make_model
 from tests.cli_util import one_error_line, qcc
 
@@ -175,7 +177,9 @@ def test_sharded_sensitivity_ranking_is_identical(model_file: Path, data: dict[s
 def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: dict[str, np.ndarray],
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same statistics, shifts and ranking; the weights reach the workers once, however many
-    shards and passes hold them (here every array of 1 KB or more travels by scatter: w2)."""
+    shards and passes hold them (here every array of 1 KB or more travels apart: w2), through
+    files the workers read (they share this machine). A file whose contents differ from its
+    key is never used: the map runs again by scatter, with the same results."""
     distributed = pytest.importorskip("distributed")
     from qcc.pm import cluster as dask_jobs
 
@@ -186,19 +190,84 @@ def test_dask_cluster_gives_the_single_process_results(model_file: Path, data: d
     ranking = sensitivity_run(model_file, data, tmp_path / "one.onnx")
     quantized = quantized_batches(model_file, data)
     shifts = own_errors(*quantized)
+    halved = {"x": data["x"] * np.float32(0.5)}
+    single_halved = collect(model, halved, 1, rebatch=4).to_dict()
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         try:
             workers = Workers(cluster=cluster.scheduler_address)
             assert workers.slots() == 2
+            # the nanny allows each Dask thread one BLAS thread: a job's products run on one, as a
+            # forked worker's do, not on every core beside the other workers
+            assert workers.map(lambda _: worker_threads(), [0, 1]) == [1, 1] and worker_threads() is None
             assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single
             session = dask_jobs.session(cluster.scheduler_address)
-            assert session.sent_bytes == weight.nbytes  # both shards' weight, scattered once
+            assert session.use_files and session.files is not None
+            folder = session.files.folder
+            assert session.sent_bytes == weight.nbytes  # both shards' weight, filed once
+            assert len(list(folder.iterdir())) == 1  # the shards' data files are gone, the weight's kept
             sharded = own_errors(*quantized, workers)  # another model object, the same weight
             assert session.sent_bytes == weight.nbytes
             assert len(sharded) == 3 and all(np.array_equal(shifts[k], v) for k, v in sharded.items())
             assert sensitivity_run(model_file, data, tmp_path / "two.onnx", cluster=cluster.scheduler_address) == ranking
+
+            put = dask_jobs._Files.put
+
+            def tampered(self: Any, key: str, array: np.ndarray) -> str:
+                path = put(self, key, array)
+                with open(path, "r+b") as fh:  # the last element's bytes changed after the client wrote them
+                    fh.seek(-4, os.SEEK_END)
+                    fh.write(b"\x00\x00\x80\x7f")
+                return path
+
+            monkeypatch.setattr(dask_jobs._Files, "put", tampered)
+            assert collect_sharded(model, halved, 1, workers, rebatch=4).to_dict() == single_halved
+            assert session.use_files is False and session.files is None and not folder.exists()
+            assert collect_sharded(model, data, 1, workers, rebatch=4).to_dict() == single  # by scatter now
         finally:
             dask_jobs.close_sessions()
+
+
+def test_a_worker_reads_a_filed_array_only_with_its_contents(tmp_path: Path) -> None:
+    """A filed array is checked against its key; a killed client's folder is removed by the next
+    client (in /dev/shm it is memory until the machine restarts), a running one's is left alone."""
+    from qcc.pm import cluster as dask_jobs
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    root = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
+    orphan, alive = root / f"qcc-arrays-{ended.pid}-test", root / f"qcc-arrays-{running.pid}-test"
+    for folder in (orphan, alive):
+        folder.mkdir()
+        (folder / "a.npy").write_bytes(b"x")
+    files = dask_jobs._Files()
+    try:
+        assert not orphan.exists() and alive.exists()
+        weight = np.arange(dask_jobs.SHARED_BYTES // 4, dtype=np.float32)
+        key = dask_jobs.content_key(weight)
+        blob, arrays = dask_jobs.pickled_job((np.sum, weight))
+        path = files.put(key, weight)
+        assert list(arrays) == [key] and files.put(key, weight.copy()) == path  # written once
+        assert dask_jobs.run_job(blob, {}, {key: path}) == weight.sum()
+        columns = np.asfortranarray(weight.reshape(64, -1))  # a layout pickle keeps, so must the file
+        blob_f, arrays_f = dask_jobs.pickled_job((lambda a: (a.flags.f_contiguous, a.tolist()), columns))
+        (key_f,) = arrays_f
+        assert dask_jobs.run_job(blob_f, {}, {key_f: files.put(key_f, columns)}) == (True, columns.tolist())
+        changed = weight.copy()
+        changed[7] = -1
+        np.save(path, changed)
+        with pytest.raises(dask_jobs.Unreadable, match="contents are not"):
+            dask_jobs.run_job(blob, {}, {key: path})
+        os.unlink(path)
+        with pytest.raises(dask_jobs.Unreadable, match="cannot read it"):
+            dask_jobs.run_job(blob, {}, {key: path})
+    finally:
+        files.close()
+        running.kill()
+        running.wait()
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(orphan, ignore_errors=True)
+    assert not files.folder.exists()
 
 
 def accuracy_run(tmp_path: Path, name: str, max_drop: float, **kwargs: Any) -> tuple[Any, Any, bytes]:
@@ -323,3 +392,4 @@ def test_glibc_is_left_alone_where_it_adapts_and_compile_runs_in_the_adapted_hea
 
     qcc.driver.compile(str(DIGITS / "digits_cnn.onnx"), tmp_path / "out.onnx", passes="")
     assert entered == [True]
+

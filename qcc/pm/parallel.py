@@ -10,8 +10,9 @@ large arrays (weights) scattered once (`qcc.pm.cluster`).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -46,6 +47,13 @@ class Workers:
     def describe(self) -> str:
         return f"Dask cluster {self.cluster}" if self.cluster else f"{self.count} local process(es)"
 
+    def connect_soon(self) -> None:
+        """Start connecting to the cluster (if any) while the caller does other work."""
+        if self.cluster is not None:
+            from qcc.pm.cluster import connect_soon
+
+            connect_soon(self.cluster)
+
     def slots(self) -> int:
         """How many shards keep every worker busy (one per worker: shards are equal)."""
         if self.cluster is None:
@@ -60,15 +68,40 @@ class Workers:
         if self.cluster is not None:
             from qcc.pm.cluster import dask_map
 
-            return dask_map(self.cluster, fn, items)
+            return dask_map(self.cluster, _OnDask(fn), items)
         if self.count <= 1 or len(items) <= 1:
             return [fn(item) for item in items]
         return _fork_map(min(self.count, len(items)), fn, items)
 
 
+@attrs.frozen
+class _OnDask:
+    """`fn` in a Dask task, run with the task's share of the cores: the BLAS threads its nanny
+    allows (OMP_NUM_THREADS, 1 by default: one core per Dask thread), as a forked worker gets
+    cores / N; the compute libraries' own default outside a nanny."""
+
+    fn: Callable[[Any], Any]
+
+    def __call__(self, item: Any) -> Any:
+        value = os.environ.get("OMP_NUM_THREADS", "")
+        with worker_budget(int(value) if value.isdigit() and int(value) > 0 else None):
+            return self.fn(item)
+
+
 def worker_threads() -> int | None:
     """Threads a compute library may start in this process (None: its default)."""
     return _WORKER_THREADS
+
+
+@contextlib.contextmanager
+def worker_budget(threads: int | None) -> Iterator[None]:
+    """Run as a worker allowed `threads` (a Dask task: what its nanny allows BLAS), as before after."""
+    global _WORKER_THREADS
+    before, _WORKER_THREADS = _WORKER_THREADS, threads
+    try:
+        yield
+    finally:
+        _WORKER_THREADS = before
 
 
 def _fork_map(count: int, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:

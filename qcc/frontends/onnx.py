@@ -228,7 +228,9 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
         x = ctx.graph.add("Transpose", x, perm=[1, 0], name=f"{node.name}_transA")
     if ctx.is_const(node.input[1]):
         w = ctx.const(node.input[1], node)
-        w = (w.T if trans_b else w) * np.float32(alpha)
+        w = w.T if trans_b else w
+        if alpha != 1.0 or w.dtype != np.float32:  # else the same values: one copy below, not three
+            w = (w * np.float32(alpha)).astype(np.float32)
         b = None
         if len(node.input) > 2 and node.input[2] and ctx.is_const(node.input[2]):
             c = ctx.const(node.input[2], node) * np.float32(beta)
@@ -236,7 +238,7 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
                 b = np.broadcast_to(c.reshape(-1), (w.shape[1],)).astype(np.float32)
             else:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Gemm): bias of shape {c.shape} is not per output")
-        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w.astype(np.float32)))
+        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w))
         bv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[2]), b) if b is not None else None
         onnx_quant.carry_gemm_annotations(ctx, node, wv, bv, bool(trans_b), alpha == 1.0 and beta == 1.0)
         if len(node.input) > 2 and node.input[2] and b is None:

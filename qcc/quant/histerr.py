@@ -133,15 +133,25 @@ def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int)
         h = np.concatenate([h, np.zeros(int(i.max()) - len(h))])
     hlogh = np.where(h > 0, h * np.log(np.where(h > 0, h, 1.0)), 0.0)
     csum = np.concatenate([[0.0], np.cumsum(h)])
-    cnz = np.concatenate([[0], np.cumsum(h > 0)])
+    cnz = np.concatenate([[0.0], np.cumsum(h > 0)])  # counts of non-empty bins, exact in float64
     chl = np.concatenate([[0.0], np.cumsum(hlogh)])
 
-    g = np.arange(quantized_bins + 1)
-    bounds = (g[None, :] * i[:, None]) // quantized_bins  # (M, Q+1), last column = i
-    sums = csum[bounds[:, 1:]] - csum[bounds[:, :-1]]
-    nonzero = cnz[bounds[:, 1:]] - cnz[bounds[:, :-1]]
+    levels = int(quantized_bins)
+    g = np.arange(levels + 1)
+    bounds = g[None, :] * i[:, None]
+    if levels & (levels - 1):
+        bounds //= levels  # (M, Q+1), last column = i
+    else:  # a power of two (8 bits' 128 or 256 levels): the same floor of non-negatives, by a shift
+        bounds >>= levels.bit_length() - 1
+    sums = np.diff(np.take(csum, bounds), axis=1)
+    nonzero = np.diff(np.take(cnz, bounds), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_group = np.where(sums > 0, sums * np.log(sums / np.maximum(nonzero, 1)), 0.0)
+        # sums * log(sums / max(nonzero, 1)) in one buffer; 0 for the groups without mass
+        per_group = np.maximum(nonzero, 1.0)
+        np.divide(sums, per_group, out=per_group)
+        np.log(per_group, out=per_group)
+        per_group *= sums
+        np.copyto(per_group, 0.0, where=~(sums > 0))
         kept = csum[i]
         outliers = total - kept
         last = h[i - 1]

@@ -28,7 +28,9 @@ def _antiderivative(u: np.ndarray, step: np.ndarray, bound: np.ndarray, trunc: b
         n = np.floor(v / step + 0.5)
         r = v - n * step
         h = n * step**3 / 12.0 + (r**3 + (step / 2.0) ** 3) / 3.0
-    return h + np.maximum(u - bound, 0.0) ** 3 / 3.0
+    tail = np.maximum(u - bound, 0.0)
+    np.power(tail, 3.0, out=tail, where=tail > 0.0)  # pow only past the bound (0**3 is 0 as it stands)
+    return h + tail / 3.0
 
 
 def expected_sq_error(

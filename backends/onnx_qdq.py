@@ -135,14 +135,30 @@ def integers(value: Value, params: QParams) -> np.ndarray:
             np.array_equal(np.asarray(quant.scale, np.float32).reshape(params.scale.shape), params.scale):
         # same scales: the annotation's integers moved to the storage's zero point (one pass)
         zp = np.asarray(quant.zero_point).reshape(params.zero_point.shape)
+        shift = params.zero_point.astype(np.int64) - zp
+        if _same_grid(quant.dtype, params.dtype, shift):  # int8 as uint8 (+128), or as annotated
+            # clip(round(x/s) + zp, lo, hi) + c == clip(round(x/s) + zp + c, lo + c, hi + c), exact in
+            # float32: quantized at the storage's zero point, without the int64 copies
+            return quantize_affine(value.const, params.scale, params.zero_point, params.dtype, params.axis)
         q = quantize_affine(value.const, params.scale, zp, quant.dtype, params.axis).astype(np.int64)
         shape = [1] * q.ndim
         if params.axis is not None:
             shape[params.axis] = -1
-        shift = (params.zero_point.astype(np.int64) - zp).reshape(shape if params.axis is not None else ())
-        return (q + shift).astype(numpy_dtype(params.dtype))
+        return (q + shift.reshape(shape if params.axis is not None else ())).astype(numpy_dtype(params.dtype))
     stored = apply_annotation(value.const.astype(np.float32), quant)
     return quantize_affine(stored, params.scale, params.zero_point, params.dtype, params.axis)
+
+
+def _same_grid(annotated: str, storage: str, shift: np.ndarray) -> bool:
+    """Whether every channel's zero-point shift maps the annotated dtype's integers onto the storage
+    dtype's exactly (bounds included), so that clipping in either gives the same values."""
+    from qcc.quant.numerics import AFFINE_DTYPES, NUMPY_STORAGE
+
+    if NUMPY_STORAGE.get(storage, storage) != numpy_dtype(storage) or shift.size == 0:
+        return False
+    c = int(shift.flat[0])
+    (lo, hi), (slo, shi) = AFFINE_DTYPES[annotated], AFFINE_DTYPES[storage]
+    return bool(np.all(shift == c)) and (lo + c, hi + c) == (slo, shi)
 
 
 @attrs.define

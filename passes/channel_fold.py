@@ -80,9 +80,17 @@ def input_ranges(layer: Node, w: np.ndarray, channels: int) -> np.ndarray:
 
 
 def fold_output_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
-                       t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(W', b') with layer'(x) = layer(x)*s + t per output channel."""
-    return w * output_view(layer, w, s), b * s + t
+                       t: np.ndarray, store: np.dtype | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(W', b') with layer'(x) = layer(x)*s + t per output channel.
+
+    store: W' computed in float64 but written straight into an array of that dtype (the bits of
+    `(w.astype(float64) * s).astype(store)` without the two float64 copies of a large weight).
+    """
+    if store is None:
+        return w * output_view(layer, w, s), b * s + t
+    new_w = np.multiply(w, output_view(layer, w, s), dtype=np.float64, out=np.empty(w.shape, store),
+                        casting="same_kind")
+    return new_w, b * s + t
 
 
 def fold_input_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,

@@ -241,9 +241,9 @@ def _fold_into_producer(graph: Graph, chain: ChannelAffine) -> None:
     weight = layer.input(1)
     w = weight.const
     assert w is not None
-    new_w, new_b = fold_output_affine(layer, w.astype(np.float64), layer_bias(layer, chain.scale.shape[0]),
-                                      chain.scale, chain.shift)
-    weight.const = np.ascontiguousarray(new_w.astype(w.dtype))
+    new_w, new_b = fold_output_affine(layer, w, layer_bias(layer, chain.scale.shape[0]), chain.scale, chain.shift,
+                                      store=w.dtype)
+    weight.const = new_w
     set_layer_bias(graph, layer, new_b)
     stats = _normalized_stats(chain)
     _bypass(graph, chain, layer.outputs[0])

@@ -129,7 +129,11 @@ def activation_entry(stats: TensorStats | None, quant: QuantType, method: str,
 def parameter_entry(data: np.ndarray, quant: QuantType) -> dict[str, Any]:
     """Report fields of a parameter, from its exact values."""
     x = np.asarray(data)
-    err = apply_annotation(x, quant) - x  # in x's precision: the sums below are float64
+    err = np.asarray(apply_annotation(x, quant))
+    if err is x or not err.flags.writeable or err.dtype != x.dtype or err.shape != x.shape:
+        err = np.asarray(err - x)  # (an annotation that keeps x returns x itself)
+    else:
+        err -= x  # in x's precision (the sums below are float64), in the buffer the annotation made
     entry: dict[str, Any] = {"observed": [float(x.min()), float(x.max())] if x.size else [0.0, 0.0]}
     if isinstance(quant, Affine):
         entry["scale"] = [float(s) for s in quant.scale] if quant.axis is not None else float(quant.scale[0])
@@ -143,9 +147,11 @@ def parameter_entry(data: np.ndarray, quant: QuantType) -> dict[str, Any]:
         step = math.ldexp(1.0, -quant.frac)
         entry["range"] = [qmin * step, qmax * step]
     half = 0.5 * _steps(quant, x.ndim) * (1.0 + 1e-6)
-    entry["clip_fraction"] = float(np.count_nonzero(np.abs(err) > half)) / x.size if x.size else 0.0
-    entry["sqnr_db"] = _db(float(np.sum(np.square(x), dtype=np.float64)),
-                           float(np.sum(np.square(err, dtype=np.float64), dtype=np.float64)))
+    noise = float(np.sum(np.square(err, dtype=np.float64), dtype=np.float64))
+    np.abs(err, out=err)  # the sums and counts reuse err's buffer: a large weight is not copied again
+    entry["clip_fraction"] = float(np.count_nonzero(err > half)) / x.size if x.size else 0.0
+    signal = float(np.sum(np.square(x, out=err) if err.dtype == x.dtype else np.square(x), dtype=np.float64))
+    entry["sqnr_db"] = _db(signal, noise)
     return entry
 
 

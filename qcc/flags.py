@@ -86,13 +86,15 @@ def check_output_extension(out: str, backend: Any, explicit: bool) -> None:
         return
     from qcc.plugins import backend_for
 
+    written = tuple(getattr(backend, "file_extensions", None) or backend.extensions)
+    ext = os.path.splitext(out.rstrip("/"))[1]
+    if ext and ext.lower() in written:  # before asking every target whose extension it is (imports them all)
+        return
     try:
         owner = backend_for(out)
     except UsageError:  # no target claims the extension: the user's name for the file
         return
-    written = tuple(getattr(backend, "file_extensions", None) or backend.extensions)
-    ext = os.path.splitext(out.rstrip("/"))[1]
-    if getattr(owner, "name", None) == backend.name or (ext and ext.lower() in written):
+    if getattr(owner, "name", None) == backend.name:
         return
     if not ext and not backend.writes_directory:  # a file named without an extension
         return

@@ -228,7 +228,9 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
         x = ctx.graph.add("Transpose", x, perm=[1, 0], name=f"{node.name}_transA")
     if ctx.is_const(node.input[1]):
         w = ctx.const(node.input[1], node)
-        w = (w.T if trans_b else w) * np.float32(alpha)
+        w = w.T if trans_b else w
+        if alpha != 1.0 or w.dtype != np.float32:  # else the same values: one copy below, not three
+            w = (w * np.float32(alpha)).astype(np.float32)
         b = None
         if len(node.input) > 2 and node.input[2] and ctx.is_const(node.input[2]):
             c = ctx.const(node.input[2], node) * np.float32(beta)
@@ -236,7 +238,7 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
                 b = np.broadcast_to(c.reshape(-1), (w.shape[1],)).astype(np.float32)
             else:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Gemm): bias of shape {c.shape} is not per output")
-        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w.astype(np.float32)))
+        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w))
         bv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[2]), b) if b is not None else None
         onnx_quant.carry_gemm_annotations(ctx, node, wv, bv, bool(trans_b), alpha == 1.0 and beta == 1.0)
         if len(node.input) > 2 and node.input[2] and b is None:
@@ -559,12 +561,34 @@ def _fold(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> bool:
         result = [ins[0]]
     elif op == "Cast" and TYPE_NAMES.get(attrs["to"]) in DTYPES:
         result = [np.asarray(ins[0]).astype(DTYPES[TYPE_NAMES[attrs["to"]]])]
+    elif op == "Unsqueeze" and (unsqueezed := _unsqueezed(ctx.opset, ins, attrs)) is not None:
+        result = [unsqueezed]
     else:
         result = _reference_eval(ctx, node, op, ins)
     for name, array in zip(node.output, result):
         if name:
             ctx.consts[name] = np.asarray(array)
     return True
+
+
+def _unsqueezed(opset: int, ins: list[Any], attrs: dict[str, Any]) -> np.ndarray | None:
+    """A constant Unsqueeze as onnx's reference evaluator computes it (None: let it, e.g. to refuse
+    bad axes): a BatchNorm exported as Mul/Add unsqueezes every parameter (DenseNet: 242 nodes,
+    each a reference-evaluator model of its own, plus that evaluator's 0.25 s import)."""
+    data = np.asarray(ins[0])
+    try:
+        if opset >= 13:
+            axes = ins[1] if len(ins) > 1 else None
+            if axes is None or np.asarray(axes).ndim != 1 or np.asarray(axes).dtype.kind not in "iu":
+                return None
+            return np.expand_dims(data, axis=tuple(int(a) for a in np.asarray(axes)))
+        if not attrs.get("axes"):
+            return None
+        for a in attrs["axes"]:  # one at a time, in the given order, as the reference's Unsqueeze_1
+            data = np.expand_dims(data, axis=int(a))
+        return data
+    except (ValueError, TypeError, IndexError):  # numpy's AxisError is a ValueError and an IndexError
+        return None
 
 
 def _reserve_result(ctx: _Ctx, node: Any, op: str, ins: list[Any], attrs: dict[str, Any]) -> None:

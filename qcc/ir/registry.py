@@ -81,6 +81,15 @@ def weight(channel_axis: int) -> Role:
     return Role("weight", channel_axis)
 
 
+_SCALAR_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+}
+"""What an attribute value of each scalar kind may be (built once: verify checks every attribute)."""
+
+
 @attrs.frozen
 class AttrSpec:
     kind: str
@@ -88,12 +97,7 @@ class AttrSpec:
     doc: str = ""
 
     def check(self, value: Any) -> bool:
-        scalar = {
-            "int": lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
-            "float": lambda v: isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool),
-            "str": lambda v: isinstance(v, str),
-            "bool": lambda v: isinstance(v, bool),
-        }
+        scalar = _SCALAR_CHECKS
         if self.kind == "float?":
             return value is None or scalar["float"](value)
         if self.kind in scalar:

@@ -149,8 +149,8 @@ class Affine:
         return AFFINE_BITS[self.dtype] / 8
 
     def __str__(self) -> str:
-        scale = ",".join(repr(float(s)) for s in self.scale)
-        zp = ",".join(str(int(z)) for z in self.zero_point)
+        scale = ",".join(map(repr, map(float, self.scale)))
+        zp = ",".join(map(str, map(int, self.zero_point)))
         axis = "" if self.axis is None else f",axis={self.axis}"
         return f"affine({self.dtype},scale=[{scale}],zp=[{zp}]{axis})"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -137,7 +138,7 @@ def _check_quant(value: Value) -> list[str]:
         return [f"{where}: fixed-point fraction {q.frac} out of range"]
     if isinstance(q, Affine):
         problems = []
-        if any(not np.isfinite(s) or s <= 0 for s in q.scale):
+        if not all(0.0 < s < math.inf for s in q.scale):  # NaN fails both comparisons
             problems.append(f"{where}: affine scale must be finite and > 0")
         if q.axis is not None:
             if not 0 <= q.axis < max(value.type.rank, 1):
@@ -145,7 +146,7 @@ def _check_quant(value: Value) -> list[str]:
             elif value.type.shape[q.axis] != len(q.scale):
                 problems.append(f"{where}: {len(q.scale)} scales for axis of size {value.type.shape[q.axis]}")
         lo, hi = affine_bounds(q.dtype)
-        if any(not lo <= z <= hi for z in q.zero_point):
+        if not lo <= min(q.zero_point) <= max(q.zero_point) <= hi:
             problems.append(f"{where}: zero point outside {q.dtype}")
         return problems
     if isinstance(q, Sign) and not value.is_const:

@@ -28,7 +28,9 @@ def _antiderivative(u: np.ndarray, step: np.ndarray, bound: np.ndarray, trunc: b
         n = np.floor(v / step + 0.5)
         r = v - n * step
         h = n * step**3 / 12.0 + (r**3 + (step / 2.0) ** 3) / 3.0
-    return h + np.maximum(u - bound, 0.0) ** 3 / 3.0
+    tail = np.maximum(u - bound, 0.0)
+    np.power(tail, 3.0, out=tail, where=tail > 0.0)  # pow only past the bound (0**3 is 0 as it stands)
+    return h + tail / 3.0
 
 
 def expected_sq_error(
@@ -133,15 +135,25 @@ def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int)
         h = np.concatenate([h, np.zeros(int(i.max()) - len(h))])
     hlogh = np.where(h > 0, h * np.log(np.where(h > 0, h, 1.0)), 0.0)
     csum = np.concatenate([[0.0], np.cumsum(h)])
-    cnz = np.concatenate([[0], np.cumsum(h > 0)])
+    cnz = np.concatenate([[0.0], np.cumsum(h > 0)])  # counts of non-empty bins, exact in float64
     chl = np.concatenate([[0.0], np.cumsum(hlogh)])
 
-    g = np.arange(quantized_bins + 1)
-    bounds = (g[None, :] * i[:, None]) // quantized_bins  # (M, Q+1), last column = i
-    sums = csum[bounds[:, 1:]] - csum[bounds[:, :-1]]
-    nonzero = cnz[bounds[:, 1:]] - cnz[bounds[:, :-1]]
+    levels = int(quantized_bins)
+    g = np.arange(levels + 1)
+    bounds = g[None, :] * i[:, None]
+    if levels & (levels - 1):
+        bounds //= levels  # (M, Q+1), last column = i
+    else:  # a power of two (8 bits' 128 or 256 levels): the same floor of non-negatives, by a shift
+        bounds >>= levels.bit_length() - 1
+    sums = np.diff(np.take(csum, bounds), axis=1)
+    nonzero = np.diff(np.take(cnz, bounds), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_group = np.where(sums > 0, sums * np.log(sums / np.maximum(nonzero, 1)), 0.0)
+        # sums * log(sums / max(nonzero, 1)) in one buffer; 0 for the groups without mass
+        per_group = np.maximum(nonzero, 1.0)
+        np.divide(sums, per_group, out=per_group)
+        np.log(per_group, out=per_group)
+        per_group *= sums
+        np.copyto(per_group, 0.0, where=~(sums > 0))
         kept = csum[i]
         outliers = total - kept
         last = h[i - 1]

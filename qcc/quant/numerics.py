@@ -78,7 +78,8 @@ def quantize_affine(
     s = _channel_shape(x, np.asarray(scale, dtype=work), axis)
     zp = _channel_shape(x, np.asarray(zero_point, dtype=work), axis)
     lo, hi = AFFINE_DTYPES[dtype]
-    q = np.asarray(np.rint(x / s))  # a 0-d input gives a numpy scalar, which cannot be written in place
+    q = np.asarray(x / s)  # a 0-d input gives a numpy scalar, which cannot be written in place
+    np.rint(q, out=q)
     q += zp
     np.clip(q, lo, hi, out=q)
     return q.astype(NUMPY_STORAGE.get(dtype, dtype))

@@ -89,17 +89,18 @@ def start(args: Sequence[str | Path], cwd: Path = ROOT, env: dict[str, str] | No
 def finish(proc: subprocess.Popen[bytes], logs: Path, timeout: float = 600) -> Run:
     """Reap the child with wait4, so its own peak RSS is known (not the max over all children)."""
     deadline = time.monotonic() + timeout
-    while True:
+    maxrss = 0
+    while proc.returncode is None:  # Popen.send_signal polls first: a child that ended just before is reaped there
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
+            proc.returncode, maxrss = os.waitstatus_to_exitcode(status), usage.ru_maxrss
             break
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"qcc did not finish in {timeout}s")
         time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)
     hwm = logs / "hwm"
-    peak_kb = float(hwm.read_text()) if hwm.exists() and hwm.read_text().strip() else usage.ru_maxrss
+    peak_kb = float(hwm.read_text()) if hwm.exists() and hwm.read_text().strip() else maxrss
     run = Run(proc.returncode, (logs / "out").read_text(errors="replace"), (logs / "err").read_text(errors="replace"),
               peak_kb / 1024)
     shutil.rmtree(logs, ignore_errors=True)

@@ -74,6 +74,26 @@ def bcast_params(lw: Lowering, node: Node, always: bool = False) -> str:
     return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
 
 
+def walk_fields(shape: list[int], strides: list[int]) -> list[int | list[int]]:
+    """The qcc_perm_t fields of a walk over `shape` reading x at `strides`, with axes of one element
+    dropped and neighbours merged where the outer one's stride spans the inner one (a channel
+    shuffle's (g, c/g, h, w) transpose walks 3 axes, the last one a contiguous h*w run the kernel
+    copies in a loop of its own). The elements are read in the same order."""
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    merged: list[tuple[int, int]] = []
+    for n, st in dims:
+        if merged and merged[-1][1] == st * n:
+            merged[-1] = (merged[-1][0] * n, st)
+        else:
+            merged.append((n, st))
+    if not merged and 0 not in shape:
+        merged = [(1, 1)]
+    if 0 in shape:
+        merged = [(0, 1)]
+    pad = [0] * (MAX_RANK - len(merged))
+    return [len(merged), [*(n for n, _ in merged), *pad], [*(st for _, st in merged), *pad]]
+
+
 def perm_params(lw: Lowering, node: Node) -> str:
     """The qcc_perm_t of a Transpose: output shape and the input stride each output axis walks."""
     x, y = node.input(0), node.outputs[0]
@@ -82,8 +102,7 @@ def perm_params(lw: Lowering, node: Node) -> str:
     if len(xs) > MAX_RANK:
         raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
     in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
-    pad = [0] * (MAX_RANK - len(xs))
-    fields: list[int | list[int]] = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
+    fields = walk_fields(list(static_shape(y)), [in_strides[p] for p in perm])
     return lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
 
 

@@ -1140,8 +1140,14 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                                 for (c = 0; c < c0; ++c) {{
                                     pr[c] = 0;
                                 }}
-                                for (c = c0; c < c1; ++c) {{
-                                    pr[c] = {plane_value};
+                                if (s == 1) {{
+                                    for (c = c0; c < c1; ++c) {{
+                                        pr[c] = {plane_value.replace("c * s - a", "c - a")};
+                                    }}
+                                }} else {{
+                                    for (c = c0; c < c1; ++c) {{
+                                        pr[c] = {plane_value};
+                                    }}
                                 }}
                                 for (c = c1; c < pq; ++c) {{
                                     pr[c] = 0;

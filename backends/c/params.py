@@ -69,8 +69,21 @@ def bcast_params(lw: Lowering, node: Node, always: bool = False) -> str:
             acc *= full[i]
         return st
 
-    pad = [0] * (MAX_RANK - rank)
-    fields: list[int | list[int]] = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
+    # axes of one element dropped, neighbours merged where both inputs' strides span the inner axis
+    # (the same walk: the kernels' rows are the last axis, e.g. (C, H*W) for a per-channel operand)
+    merged: list[tuple[int, int, int]] = []
+    for n, a, b in zip(out, strides(sa), strides(sb)):
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == a * n and merged[-1][2] == b * n:
+            merged[-1] = (merged[-1][0] * n, a, b)
+        else:
+            merged.append((n, a, b))
+    if 0 in out or not merged:
+        merged = [(0 if 0 in out else 1, 0, 0)]
+    pad = [0] * (MAX_RANK - len(merged))
+    fields: list[int | list[int]] = [len(merged), [*(m[0] for m in merged), *pad], [*(m[1] for m in merged), *pad],
+                                     [*(m[2] for m in merged), *pad]]
     return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
 
 

@@ -121,7 +121,9 @@ typedef struct {
     long sa[QCC_MAX_RANK];
     long sb[QCC_MAX_RANK];
 } qcc_bcast_t;
-
+""", ()),
+    "bcast_next": ("""
+/* One step of a broadcast walk, element by element (the PRelu kernels' slope index). */
 static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
 {
     int d;
@@ -136,7 +138,7 @@ static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
         idx[d] = 0;
     }
 }
-""", ()),
+""", ("bcast",)),
     "perm": ("""
 /* Transpose: output shape and, per output axis, the input stride it walks. */
 typedef struct {

@@ -477,3 +477,32 @@ def test_depthwise_planes_and_merged_walks_give_the_row_paths_bits(tmp_path: Pat
         return
     results = run_fixed(model, {"x": x}) if mode == "fixed8" else run_affine_int(model, {"x": x})
     assert np.array_equal(got.view(np.uint32), flat_outputs(model, results, len(x)).view(np.uint32))
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_broadcast_rows_follow_each_operands_strides(tmp_path: Path, mode: str) -> None:
+    """Binary ops whose second operand is one value per channel, one scalar, one value per row (a
+    strided inner walk) or broadcast along the batch of rows: merged axes, rows per stride pattern;
+    the simulator's bits (float: the same single operation per element, so bit equality too)."""
+    rng = np.random.default_rng(23)
+    g = Graph("bc")
+    x = g.add_input("x", TensorType("float32", ("N", 5, 7, 9)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, rng.uniform(0.5, 1.5, shape).astype(np.float32))
+
+    per_channel = g.add("Mul", x, const("c", 1, 5, 1, 1), name="per_channel")
+    scalar = g.add("Add", per_channel, const("s", 1), name="scalar")
+    per_row = g.add("Sub", scalar, const("r", 5, 7, 1), name="per_row")
+    columns = g.add("Mul", const("k", 1, 1, 9), per_row, name="columns")
+    g.outputs = [per_channel, per_row, columns]
+    model = Model(g)
+    if mode == "int8":
+        model = affine(model, {"x": rng.standard_normal((8, 5, 7, 9)).astype(np.float32)}, "int8")
+    exe = build(model, tmp_path / "b", ("-O3",))
+    text = (tmp_path / "b" / "b.c").read_text()
+    assert re.search(r"qcc_bcast_t qcc_p_per_channel = \{2, \{5, 63,", text)
+    x_in = rng.standard_normal((2, 5, 7, 9)).astype(np.float32)
+    got = run_c(exe, x_in, out_size(model))
+    results = run_model(model, {"x": x_in}) if mode == "float32" else run_affine_int(model, {"x": x_in})
+    assert np.array_equal(got.view(np.uint32), flat_outputs(model, results, len(x_in)).view(np.uint32))

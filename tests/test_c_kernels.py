@@ -409,3 +409,100 @@ def test_kernels_write_concatenated_and_fused_values_in_place(tmp_path: Path) ->
     xd = np.load(DIGITS / "test.npz")["x"][:20]
     want = flat_outputs(digits, run_model(digits, {"x": xd}), len(xd))
     assert np.max(np.abs(run_c(exe, xd, out_size(digits)) - want)) <= 1e-4 * np.max(np.abs(want))
+
+
+def depthwise_model() -> Model:
+    """Depthwise layers for both of the kernel's paths and a channel shuffle: 3x3 stride 2 on odd
+    maps, 5x5 and 3x2 with asymmetric pads, a stride-2 window wider than the stride (all on the
+    zero-padded phase planes unless -DQCC_DWPLANE says otherwise), a dilated one (rows only); the
+    shuffle's Reshape-Transpose-Reshape and a Slice with axes of one element (merged walks)."""
+    rng = np.random.default_rng(19)
+    g = Graph("dw")
+    x = g.add_input("x", TensorType("float32", ("N", 8, 13, 11)))
+
+    def weights(name: str, *shape: int) -> Value:
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    d1 = g.add("Conv", x, weights("w1", 8, 1, 3, 3), weights("b1", 8), name="dw_s2", group=8, strides=[2, 2],
+               pads=[1, 1, 1, 1])
+    d2 = g.add("Conv", x, weights("w2", 8, 1, 5, 5), name="dw_5x5", group=8, pads=[2, 1, 2, 3])
+    d3 = g.add("Conv", d2, weights("w3", 8, 1, 3, 2), weights("b3", 8), name="dw_3x2_s2", group=8, strides=[2, 2],
+               pads=[0, 1, 2, 0])
+    d4 = g.add("Conv", x, weights("w4", 8, 1, 3, 3), name="dw_dilated", group=8, pads=[2, 2, 2, 2],
+               dilations=[2, 2])
+    view = g.add("Reshape", d2, name="groups", shape=[0, 2, 4, 13, 11])
+    shuffled = g.add("Transpose", view, name="shuffle", perm=[0, 2, 1, 3, 4])
+    merged = g.add("Reshape", shuffled, name="merged", shape=[0, 8, 13, 11])
+    part = g.add("Slice", merged, starts=[3, 2], ends=[4, 11], axes=[1, 2], name="part")
+    g.outputs = [d1, d3, d4, merged, part]
+    return Model(g)
+
+
+def test_walk_fields_merge_axes_in_reading_order() -> None:
+    from qcc.backends.c.params import walk_fields
+
+    pad = [0] * 4
+    # a shuffle (1, 4, 2, 13, 9) read with the groups swapped: three walked axes, h*w contiguous
+    assert walk_fields([1, 4, 2, 13, 9], [936, 117, 468, 9, 1]) == [3, [4, 2, 117, *pad[1:]], [117, 468, 1, *pad[1:]]]
+    assert walk_fields([2, 1, 3], [3, 7, 1]) == [1, [6, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]
+    assert walk_fields([1, 1], [5, 1]) == [1, [1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]]
+    assert walk_fields([3, 0, 2], [2, 2, 1])[:2] == [1, [0, 0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8-dot8", "fixed8"])
+def test_depthwise_planes_and_merged_walks_give_the_row_paths_bits(tmp_path: Path, mode: str) -> None:
+    """The phase-plane depthwise path gives the bits of the row path (-DQCC_DWPLANE=0) and of the
+    simulators; float within the bound of its sums is test_float_kernels_...'s job, here the two
+    paths of one build must agree to the bit (the same terms in the same order, +-0 aside)."""
+    rng = np.random.default_rng(3)
+    model = depthwise_model()
+    calib = {"x": rng.standard_normal((8, 8, 13, 11)).astype(np.float32)}
+    isa = "portable"
+    if mode == "fixed8":
+        annotate_fixed(model, calib, 8, 8, jitter=1, seed=8)
+    elif mode != "float32":
+        model, isa = affine(model, calib, "int8"), "dot8"
+    x = rng.standard_normal((3, 8, 13, 11)).astype(np.float32) * 1.5
+    plane = build(model, tmp_path / "p", ("-O3",), isa)
+    text = (tmp_path / "p" / "p.c").read_text()
+    assert "QCC_DWPLANE" in text and re.search(r"qcc_perm_t qcc_p_\w+ = \{3, \{4, 2, 143,", text)
+    rows = build(model, tmp_path / "r", ("-O3", "-DQCC_DWPLANE=0"), isa)
+    sanitized = build(model, tmp_path / "s", SANITIZE, isa)
+    got = run_c(plane, x, out_size(model))
+    assert np.array_equal(got.view(np.uint32), run_c(rows, x, out_size(model)).view(np.uint32))
+    assert np.array_equal(got.view(np.uint32), run_c(sanitized, x, out_size(model)).view(np.uint32))
+    if mode == "float32":
+        want = flat_outputs(model, run_model(model, {"x": x}), len(x))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        return
+    results = run_fixed(model, {"x": x}) if mode == "fixed8" else run_affine_int(model, {"x": x})
+    assert np.array_equal(got.view(np.uint32), flat_outputs(model, results, len(x)).view(np.uint32))
+
+
+@pytest.mark.parametrize("mode", ["float32", "int8"])
+def test_broadcast_rows_follow_each_operands_strides(tmp_path: Path, mode: str) -> None:
+    """Binary ops whose second operand is one value per channel, one scalar, one value per row (a
+    strided inner walk) or broadcast along the batch of rows: merged axes, rows per stride pattern;
+    the simulator's bits (float: the same single operation per element, so bit equality too)."""
+    rng = np.random.default_rng(23)
+    g = Graph("bc")
+    x = g.add_input("x", TensorType("float32", ("N", 5, 7, 9)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, rng.uniform(0.5, 1.5, shape).astype(np.float32))
+
+    per_channel = g.add("Mul", x, const("c", 1, 5, 1, 1), name="per_channel")
+    scalar = g.add("Add", per_channel, const("s", 1), name="scalar")
+    per_row = g.add("Sub", scalar, const("r", 5, 7, 1), name="per_row")
+    columns = g.add("Mul", const("k", 1, 1, 9), per_row, name="columns")
+    g.outputs = [per_channel, per_row, columns]
+    model = Model(g)
+    if mode == "int8":
+        model = affine(model, {"x": rng.standard_normal((8, 5, 7, 9)).astype(np.float32)}, "int8")
+    exe = build(model, tmp_path / "b", ("-O3",))
+    text = (tmp_path / "b" / "b.c").read_text()
+    assert re.search(r"qcc_bcast_t qcc_p_per_channel = \{2, \{5, 63,", text)
+    x_in = rng.standard_normal((2, 5, 7, 9)).astype(np.float32)
+    got = run_c(exe, x_in, out_size(model))
+    results = run_model(model, {"x": x_in}) if mode == "float32" else run_affine_int(model, {"x": x_in})
+    assert np.array_equal(got.view(np.uint32), flat_outputs(model, results, len(x_in)).view(np.uint32))

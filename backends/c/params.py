@@ -69,9 +69,42 @@ def bcast_params(lw: Lowering, node: Node, always: bool = False) -> str:
             acc *= full[i]
         return st
 
-    pad = [0] * (MAX_RANK - rank)
-    fields: list[int | list[int]] = [rank, [*out, *pad], [*strides(sa), *pad], [*strides(sb), *pad]]
+    # axes of one element dropped, neighbours merged where both inputs' strides span the inner axis
+    # (the same walk: the kernels' rows are the last axis, e.g. (C, H*W) for a per-channel operand)
+    merged: list[tuple[int, int, int]] = []
+    for n, a, b in zip(out, strides(sa), strides(sb)):
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == a * n and merged[-1][2] == b * n:
+            merged[-1] = (merged[-1][0] * n, a, b)
+        else:
+            merged.append((n, a, b))
+    if 0 in out or not merged:
+        merged = [(0 if 0 in out else 1, 0, 0)]
+    pad = [0] * (MAX_RANK - len(merged))
+    fields: list[int | list[int]] = [len(merged), [*(m[0] for m in merged), *pad], [*(m[1] for m in merged), *pad],
+                                     [*(m[2] for m in merged), *pad]]
     return lw.struct("qcc_bcast_t", f"qcc_p_{node.name}", fields)
+
+
+def walk_fields(shape: list[int], strides: list[int]) -> list[int | list[int]]:
+    """The qcc_perm_t fields of a walk over `shape` reading x at `strides`, with axes of one element
+    dropped and neighbours merged where the outer one's stride spans the inner one (a channel
+    shuffle's (g, c/g, h, w) transpose walks 3 axes, the last one a contiguous h*w run the kernel
+    copies in a loop of its own). The elements are read in the same order."""
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    merged: list[tuple[int, int]] = []
+    for n, st in dims:
+        if merged and merged[-1][1] == st * n:
+            merged[-1] = (merged[-1][0] * n, st)
+        else:
+            merged.append((n, st))
+    if not merged and 0 not in shape:
+        merged = [(1, 1)]
+    if 0 in shape:
+        merged = [(0, 1)]
+    pad = [0] * (MAX_RANK - len(merged))
+    return [len(merged), [*(n for n, _ in merged), *pad], [*(st for _, st in merged), *pad]]
 
 
 def perm_params(lw: Lowering, node: Node) -> str:
@@ -82,8 +115,7 @@ def perm_params(lw: Lowering, node: Node) -> str:
     if len(xs) > MAX_RANK:
         raise lw.unsupported(node, f"rank {len(xs)} > {MAX_RANK}")
     in_strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
-    pad = [0] * (MAX_RANK - len(xs))
-    fields: list[int | list[int]] = [len(xs), [*static_shape(y), *pad], [*(in_strides[p] for p in perm), *pad]]
+    fields = walk_fields(list(static_shape(y)), [in_strides[p] for p in perm])
     return lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
 
 

@@ -108,12 +108,22 @@ def binary(ks: KernelSet, op: str, t: CType) -> str:
 
 
 def _broadcasting(name: str, params: str, element: str, expr: str, prologue: str = "") -> str:
-    """A binary kernel's loops: same shapes when p == NULL, else walk the broadcast strides."""
+    """A binary kernel's loops: same shapes when p == NULL, else rows along the last (merged,
+    params.bcast_params) axis, each a loop of its own where an input is contiguous (stride 1) or one
+    value (stride 0): a per-channel PRelu slope or a scalar operand vectorizes."""
+    def row(sa: str, sb: str) -> str:
+        return f"""for (k = 0; k < inner; ++k) {{
+                const {element} av = a[ia + {sa}];
+                const {element} bv = b[ib + {sb}];
+                y[i + k] = {expr};
+            }}"""
     return f"""
 static void {name}({params})
 {{
     long idx[QCC_MAX_RANK] = {{0}};
-    long i, ia = 0, ib = 0;
+    long i, k, ia = 0, ib = 0;
+    long inner, la, lb;
+    int d, last;
     {prologue}if (p == NULL) {{
         for (i = 0; i < n; ++i) {{
             const {element} av = a[i];
@@ -122,11 +132,30 @@ static void {name}({params})
         }}
         return;
     }}
-    for (i = 0; i < n; ++i) {{
-        const {element} av = a[ia];
-        const {element} bv = b[ib];
-        y[i] = {expr};
-        qcc_bcast_next(p, idx, &ia, &ib);
+    last = p->rank - 1;
+    inner = p->shape[last];
+    la = p->sa[last];
+    lb = p->sb[last];
+    for (i = 0; i < n; i += inner) {{
+        if (la == 1 && lb == 1) {{
+            {row("k", "k")}
+        }} else if (la == 1 && lb == 0) {{
+            {row("k", "0")}
+        }} else if (la == 0 && lb == 1) {{
+            {row("0", "k")}
+        }} else {{
+            {row("k * la", "k * lb")}
+        }}
+        for (d = last - 1; d >= 0; --d) {{
+            ia += p->sa[d];
+            ib += p->sb[d];
+            if (++idx[d] < p->shape[d]) {{
+                break;
+            }}
+            ia -= p->sa[d] * p->shape[d];
+            ib -= p->sb[d] * p->shape[d];
+            idx[d] = 0;
+        }}
     }}
 }}
 """
@@ -216,7 +245,7 @@ static void {name}({params})
         qcc_bcast_next(p, idx, &ia, &ib);
     }}
 }}
-""", ("bcast", "requant"))
+""", ("bcast", "bcast_next", "requant"))
 
 
 def prelu_generic(ks: KernelSet, x: CType, y: CType) -> str:
@@ -237,4 +266,4 @@ def prelu_generic(ks: KernelSet, x: CType, y: CType) -> str:
         qcc_bcast_next(p, idx, &ia, &ib);
     }}
 }}
-""", ("bcast", *y.setter))
+""", ("bcast", "bcast_next", *y.setter))

@@ -121,7 +121,9 @@ typedef struct {
     long sa[QCC_MAX_RANK];
     long sb[QCC_MAX_RANK];
 } qcc_bcast_t;
-
+""", ()),
+    "bcast_next": ("""
+/* One step of a broadcast walk, element by element (the PRelu kernels' slope index). */
 static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
 {
     int d;
@@ -136,7 +138,7 @@ static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
         idx[d] = 0;
     }
 }
-""", ()),
+""", ("bcast",)),
     "perm": ("""
 /* Transpose: output shape and, per output axis, the input stride it walks. */
 typedef struct {
@@ -170,6 +172,13 @@ typedef struct {
 #ifndef QCC_ROW
 #define QCC_ROW 32
 #endif
+/* depthwise convolutions of stride 1 or 2 whose padded channel plane has at most QCC_DWPLANE
+   elements run on a zero-padded copy split by stride phase (two stack arrays of that many
+   elements); -DQCC_DWPLANE=0 keeps only the row loop (small stacks) */
+#ifndef QCC_DWPLANE
+#define QCC_DWPLANE 4096
+#endif
+#define QCC_DWV 16
 /* fixed-point convolutions: QCC_FB output channels by row chunks of QCC_CHUNK positions
    (QCC_NARROW for narrow maps); QCC_SPAN is the widest (kw - 1) * dilation the row buffer serves */
 #define QCC_FB 8

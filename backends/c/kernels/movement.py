@@ -41,22 +41,43 @@ def concat_part(ks: KernelSet, x: CType, y: CType) -> str:
 
 def _walk(ks: KernelSet, name: str, x: CType, y: CType, start: bool) -> str:
     """y in order, read from x at the output index times the per-axis input strides of p (plus
-    `start`, an element offset, when asked): Transpose, Slice, the parts of a Split."""
+    `start`, an element offset, when asked): Transpose, Slice, the parts of a Split. The last axis
+    is a loop of its own, contiguous where its stride is 1 (params.walk_fields merges the axes)."""
     value, helpers, extra = convert(x, y, "x[src]")
+    run, _, _ = convert(x, y, "xs[k]")
+    strided, _, _ = convert(x, y, "xs[k * step]")
     params = [f"const {x.name} *x", f"{y.name} *y", "const qcc_perm_t *p", *(["long start"] if start else []), *extra]
     return ks.kernel(name, lambda: f"""
 {signature(name, params)}
 {{
     long idx[QCC_MAX_RANK] = {{0}};
     long total = 1;
-    long i, src = {"start" if start else "0"};
+    long i, k, src = {"start" if start else "0"};
     int d;
+    const int last = p->rank - 1;
+    long inner, step;
+    if (last < 0) {{
+        y[0] = {value};
+        return;
+    }}
     for (d = 0; d < p->rank; ++d) {{
         total *= p->shape[d];
     }}
-    for (i = 0; i < total; ++i) {{
-        y[i] = {value};
-        for (d = p->rank - 1; d >= 0; --d) {{
+    inner = p->shape[last];
+    step = p->stride[last];
+    for (i = 0; i < total; i += inner) {{
+        const {x.name} *xs = x + src;
+        {y.name} *yi = y + i;
+        if (step == 1) {{
+            for (k = 0; k < inner; ++k) {{
+                yi[k] = {run};
+            }}
+        }} else {{
+            for (k = 0; k < inner; ++k) {{
+                yi[k] = {strided};
+            }}
+        }}
+        for (d = last - 1; d >= 0; --d) {{
             src += p->stride[d];
             if (++idx[d] < p->shape[d]) {{
                 break;

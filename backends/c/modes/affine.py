@@ -117,7 +117,7 @@ def _conv(lw: Lowering, node: Node) -> Step:
     cx, params = lw.ctype(x), conv_params(lw, node)
     if KC.is_depthwise(li.weights.shape, group):
         wt, w, bias, mult, shift = _layer_arrays(lw, node, li.weights)
-        fn = KC.depthwise(lw.kernels, cx, wt, out, ep, "affine")
+        fn = KC.depthwise(lw.kernels, cx, wt, out, KD.narrow_requant(ep), "affine")
     elif lw.dot8 and KD.uses_dot8_tiles(li.weights.shape, int(np.prod(static_shape(y)[2:]))) \
             and KC.u8_dot_fits(li.weights, cx.lo, cx.hi):
         fn, w, bias, mult, shift = _dot8_layer(lw, node, li.weights, group, ep, out)

@@ -12,7 +12,7 @@ from qcc.backends.c.kernels import normalization as KN
 from qcc.backends.c.kernels import reduce as KRd
 from qcc.backends.c.kernels import resize as KR
 from qcc.backends.c.lower import MAX_RANK, Arg, Call, Lowering, Ptr, Step, numel, static_shape
-from qcc.backends.c.params import float_literal, perm_params
+from qcc.backends.c.params import float_literal, perm_params, walk_fields
 
 import qcc.sim.f32 as f32
 from qcc.ir.core import Node
@@ -200,8 +200,7 @@ def block_move(lw: Lowering, node: Node) -> Step:
     x, y = node.input(0), node.outputs[0]
     view, perm = block_transpose(node)
     strides = [int(np.prod(view[i + 1:])) for i in range(len(view))]
-    pad = [0] * (MAX_RANK - len(view))
-    fields: list[int | list[int]] = [len(view), [*(view[p] for p in perm), *pad], [*(strides[p] for p in perm), *pad]]
+    fields = walk_fields([view[p] for p in perm], [strides[p] for p in perm])
     params = lw.struct("qcc_perm_t", f"qcc_p_{node.name}", fields)
     fn = KM.transpose(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Step(node, [Call(fn, (Ptr(x), Ptr(y), params, *lw.mode.copy_args(lw, node, x, y)))])
@@ -287,9 +286,7 @@ def _strided_copy(lw: Lowering, node: Node, y_index: int, slices: list[slice]) -
         shape.append(len(range(first, stop, step)))
         steps.append(stride * step)
         start += first * stride
-    pad = [0] * (MAX_RANK - len(xs))
-    fields: list[int | list[int]] = [len(xs), [*shape, *pad], [*steps, *pad]]
-    params = lw.struct("qcc_perm_t", f"qcc_p_{y.name}", fields)
+    params = lw.struct("qcc_perm_t", f"qcc_p_{y.name}", walk_fields(shape, steps))
     fn = KM.strided(lw.kernels, lw.ctype(x), lw.ctype(y))
     return Call(fn, (lw.operand(x, node), Ptr(y), params, str(start), *lw.mode.copy_args(lw, node, x, y)))
 

@@ -68,7 +68,7 @@ from qcc.pm.parallel import Workers
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
-from qcc.quant.samples import INPUT_VALUES, sample_count, values_per_sample
+from qcc.quant.samples import INPUT_VALUES
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -120,14 +120,11 @@ class BiasCorrect(Pass):
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
                   kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
         """Sequential correction on one batch of the first `samples` samples, fewer when they hold
-        more than `input_values` values (with the values of its integer run, when it is one); a model with a static batch dimension is measured layer
-        by layer instead (`own_errors`)."""
+        more than `input_values` values (with the values of its integer run, when it is one); a
+        model with a static batch dimension is measured layer by layer instead (`own_errors`)."""
         from qcc.sim.fixed import runs_integer_kernels
 
-        parts = list(calibration_batches(model, ctx, self.samples, self.samples))
-        count = sample_count(self.samples, values_per_sample(parts), self.input_values)
-        if count < self.samples:
-            parts = list(calibration_batches(model, ctx, count, count))
+        parts = list(calibration_batches(model, ctx, self.samples, self.samples, self.input_values))
         if len(parts) == 1:
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
             shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)

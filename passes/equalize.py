@@ -59,7 +59,7 @@ from qcc.quant.equalize import (
     limit_scales,
     normal_shift,
 )
-from qcc.quant.samples import INPUT_VALUES, sample_count, values_per_sample
+from qcc.quant.samples import INPUT_VALUES
 
 SECTION = "equalize"
 
@@ -156,11 +156,7 @@ class Equalize(Pass):
             pair.data_hi = hi if pair.data_hi is None else np.maximum(pair.data_hi, hi)
 
         interp = Interpreter(model, observer=observe, kernels={"Quantize": passthrough})
-        batches = list(calibration_batches(model, ctx, self.samples, 64))
-        count = sample_count(self.samples, values_per_sample(batches), self.input_values)
-        if count < self.samples:  # large samples: as many as hold input_values values
-            batches = list(calibration_batches(model, ctx, count, 64))
-        for batch in batches:
+        for batch in calibration_batches(model, ctx, self.samples, 64, self.input_values):
             interp.run(batch)
 
     def _limits(self, pair: Pair, ctx: PassContext) -> tuple[np.ndarray, np.ndarray]:

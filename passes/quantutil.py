@@ -293,16 +293,20 @@ class Refinements:
     passes: tuple[Any, ...] = ()
 
 
-def calibration_batches(model: Model, ctx: PassContext, samples: int,
-                        batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+def calibration_batches(model: Model, ctx: PassContext, samples: int, batch_size: int,
+                        input_values: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """The first `samples` calibration samples in batches (a static batch dimension wins; a
-    remainder it cannot hold is dropped)."""
+    remainder it cannot hold is dropped); fewer when they hold more than `input_values` input
+    values in all (`qcc.quant.samples.sample_count`)."""
     from qcc.data import bind_inputs, cut_batches
+    from qcc.quant.samples import sample_count, values_per_sample
 
     if ctx.calib_data is None:
         return
     feeds, _ = bind_inputs(model, dict(calibration_data(ctx, "calibration", samples, model)),
                           ctx.calib_name)
+    if input_values is not None:
+        samples = sample_count(samples, values_per_sample(feeds), input_values)
     first = {k: v[:samples] for k, v in feeds.items()}
     for batch, _ in cut_batches(model, first, None, ctx.calib_name, batch_size, "post-training calibration"):
         yield batch

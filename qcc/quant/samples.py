@@ -11,7 +11,7 @@ never more than their `samples` option).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 INPUT_VALUES = 1 << 18
@@ -29,7 +29,6 @@ def sample_count(samples: int, per_sample: int, budget: int = INPUT_VALUES) -> i
     return min(samples, max(MIN_SAMPLES, budget // max(per_sample, 1)))
 
 
-def values_per_sample(batches: Sequence[Mapping[str, Any]]) -> int:
-    """Input values of one sample (every graph input) of the first batch (arrays, batch first)."""
-    first = batches[0] if batches else {}
-    return sum(math.prod(int(d) for d in v.shape[1:]) for v in first.values())
+def values_per_sample(feeds: Mapping[str, Any]) -> int:
+    """Input values of one sample (every graph input) of `feeds` (arrays, samples first)."""
+    return sum(math.prod(int(d) for d in v.shape[1:]) for v in feeds.values())

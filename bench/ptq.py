@@ -359,20 +359,23 @@ def fixed8_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> lis
 CLI_FLAGS = {"equalize": "--no-equalize", "bias_correct": "--no-bias-correct"}
 
 
-def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor: bool, old: bool) -> tuple[float, float]:
+def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor: bool, old: bool,
+                python: Path | None = None) -> tuple[float, float]:
     """Wall and CPU time (all threads) of `qcc compile` in a fresh process: what a user waits for,
-    imports included."""
+    imports included. `python` runs another checkout's qcc (its `.venv/bin/python`) with that
+    checkout's own defaults."""
     import resource
 
-    argv = [sys.executable, "-m", "qcc", "compile", str(files.model), "-o", str(out), "--target", target,
-            "--quantize", scheme, "--calib", str(files.calib)]
+    argv = [str(python or sys.executable), "-m", "qcc", "compile", str(files.model), "-o", str(out), "--target",
+            target, "--quantize", scheme, "--calib", str(files.calib)]
     if per_tensor:
         argv.append("--per-tensor")
     if old:
         argv += ["--method", old_method(scheme), *CLI_FLAGS.values()]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    # `-m` puts the working directory first on sys.path: run in the checkout whose qcc is timed
+    subprocess.run(argv, check=True, capture_output=True, cwd=python.parents[2] if python else ROOT)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -385,19 +388,23 @@ def compile_cpu(files: NetFiles, out: Path, **options: Any) -> tuple[dict[str, A
     return report, wall, time.process_time() - cpu
 
 
-def time_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
+def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = None) -> list[str]:
+    """`anchor`: the Python of a checkout from before issue 18 (main 5008265), whose `qcc compile`
+    with its own defaults is the issue's "today's compile time"; timed in the same interleaved rounds."""
+    at_filing = ["`qcc compile` at filing (s)", "new / at filing", "CPU ratio"] if anchor else []
     lines = ["### Compile time: new defaults against the old ones (same run, best of 3, interleaved)", "",
              "Wall time and CPU time (all threads: BLAS uses both cores); on a shared machine the CPU "
              "ratio is the steadier one.", "",
-             "| net | scheme | target | in-process old (s) | new (s) | ratio | CPU ratio | `qcc compile` old (s) | "
-             "new (s) | ratio | CPU ratio | passes added |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| " + " | ".join(["net", "scheme", "target", "in-process old (s)", "new (s)", "ratio", "CPU ratio",
+                                "`qcc compile` old (s)", "new (s)", "ratio", "CPU ratio", *at_filing,
+                                "passes added"]) + " |",
+             "|---|---|---|" + "---:|" * (8 + len(at_filing)) + "---|"]
     inf = float("inf")
     for name, files in nets.items():
         for scheme, target, per_tensor in (("int8", "onnx-qdq", False), ("int8", "onnx-qdq", True),
                                            ("fixed8", "nnb", False), ("fixed16", "nnb", False)):
             out = work / ("t.nnb" if target == "nnb" else "t.onnx")
-            best = {key: [inf, inf] for key in ("old", "new", "cli_old", "cli_new")}
+            best = {key: [inf, inf] for key in ("old", "new", "cli_old", "cli_new", "anchor")}
             report: dict[str, Any] = {}
             for _ in range(3):  # interleaved: load changes hit both alike
                 _, *old_run = compile_cpu(files, out, target=target, quantize=scheme, per_tensor=per_tensor,
@@ -406,14 +413,20 @@ def time_section(nets: dict[str, NetFiles], work: Path) -> list[str]:
                 runs = {"old": old_run, "new": new_run,
                         "cli_old": cli_seconds(files, out, scheme, target, per_tensor, True),
                         "cli_new": cli_seconds(files, out, scheme, target, per_tensor, False)}
+                if anchor:
+                    runs["anchor"] = cli_seconds(files, out, scheme, target, per_tensor, False, anchor)
                 for key, (wall, cpu) in runs.items():
                     best[key] = [min(best[key][0], wall), min(best[key][1], cpu)]
             added = [p for p in report["pipeline"] if p in ("equalize", "bias-correct", "learned-rounding")]
             (old, old_cpu), (new, new_cpu) = best["old"], best["new"]
             (cli_old, cli_old_cpu), (cli_new, cli_new_cpu) = best["cli_old"], best["cli_new"]
+            filing: list[Any] = []
+            if anchor:
+                (then, then_cpu) = best["anchor"]
+                filing = [then, f"{cli_new / then:.2f}x", f"{cli_new_cpu / then_cpu:.2f}x"]
             lines.append(row([name, scheme + (" per-tensor" if per_tensor else ""), target, old, new,
                               f"{new / old:.2f}x", f"{new_cpu / old_cpu:.2f}x", cli_old, cli_new,
-                              f"{cli_new / cli_old:.2f}x", f"{cli_new_cpu / cli_old_cpu:.2f}x",
+                              f"{cli_new / cli_old:.2f}x", f"{cli_new_cpu / cli_old_cpu:.2f}x", *filing,
                               ", ".join(added) + ", method auto"]))
     return lines
 
@@ -425,6 +438,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--nets", default="", help="time section: only the nets whose name contains one of these "
                                                  "comma-separated words (default all)")
+    ap.add_argument("--anchor", type=Path, default=None,
+                    help="time section: .venv/bin/python of a checkout from before issue 18 (e.g. a worktree "
+                         "of main 5008265 with the project installed); adds its `qcc compile` time")
     args = ap.parse_args(argv)
     wanted = args.sections.split(",")
     load_start = os.getloadavg()[0]
@@ -449,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
             "w4a8": lambda: w4a8_section(nets, work),
             "fixed4": lambda: fixed4_section(nets, work, args.c_samples),
             "fixed8": lambda: fixed8_section(nets, work, args.c_samples),
-            "time": lambda: time_section(timed, work),
+            "time": lambda: time_section(timed, work, args.anchor),
         }
         for name in wanted:
             start = time.perf_counter()

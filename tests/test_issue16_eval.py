@@ -76,8 +76,9 @@ def test_report_eval_equals_the_written_file_run_in_its_runtime(tmp_path: Path, 
     assert measured["accuracy"] == np.mean(top1(logits) == labels)
     assert measured["agreement_with_float"] == np.mean(top1(logits) == top1(float_logits))
     # the simulator side: integer runtimes are bit-exact with it; onnxruntime within its tolerance
-    if runtime == "onnxruntime":
-        assert measured["sqnr_vs_simulator_db"] >= measured["tolerance"]["min_sqnr_vs_simulator_db"]
+    if runtime == "onnxruntime":  # None: no noise at all, as where ORT's int8 kernels match the simulator
+        sqnr = measured["sqnr_vs_simulator_db"]
+        assert sqnr is None or sqnr >= measured["tolerance"]["min_sqnr_vs_simulator_db"]
     else:
         assert measured["sqnr_vs_simulator_db"] is None  # exact
     assert report.get("warnings", []) == []

@@ -289,7 +289,7 @@ class Dense(OpDef):
         y = xs[0] @ xs[1]
         if len(xs) > 2 and xs[2] is not None:
             y = y + xs[2]
-        return [y.astype(xs[0].dtype)]
+        return [y.astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -317,7 +317,7 @@ class MatMul(OpDef):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.matmul(xs[0], xs[1]).astype(xs[0].dtype)]
+        return [np.matmul(xs[0], xs[1]).astype(xs[0].dtype, copy=False)]
 
 
 @register

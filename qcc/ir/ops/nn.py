@@ -69,12 +69,14 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
-           accumulate: Any = None) -> np.ndarray:
+           accumulate: Any = None, out: np.ndarray | None = None) -> np.ndarray:
     """Grouped convolution in `accumulate` (default x's dtype; int64 for fixed point: exact).
 
     One matrix product per group and block of samples/rows on a contiguous patch matrix (im2col;
     1x1 convolutions use the input itself), depthwise ones as a sum of shifted products: BLAS
-    speed in float32, no float64 upcast, extra memory bounded by _BLOCK_ELEMENTS.
+    speed in float32, no float64 upcast, extra memory bounded by _BLOCK_ELEMENTS. `out`: a
+    C-contiguous array of the output's shape and dtype to compute into (calibration's threads
+    each write their samples of one batch output: no concatenation afterwards); same bits.
     """
     strides, pads, dil = _conv_geometry(attrs)
     group = int(attrs["group"])
@@ -85,10 +87,14 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, 
     cg, kh, kw = w.shape[1:]
     oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    if out is not None and (out.shape != (x.shape[0], w.shape[0], oh, ow) or out.dtype != dtype
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}, the convolution computes "
+                         f"{(x.shape[0], w.shape[0], oh, ow)} in {dtype} (C-contiguous)")
     if cg == 1 and group > 1:
-        y = _depthwise(x, w, strides, pads, dil, (oh, ow), group)
+        y = _depthwise(x, w, strides, pads, dil, (oh, ow), group, out)
     else:
-        y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group)
+        y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group, out)
     if b is not None:
         y += b.astype(dtype, copy=False).reshape(1, -1, 1, 1)
     return y
@@ -112,13 +118,13 @@ def _tap(xp: np.ndarray, i: int, j: int, rows: tuple[int, int], ow: int, strides
 
 
 def _conv_gemm(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
-               out_hw: tuple[int, int], group: int) -> np.ndarray:
+               out_hw: tuple[int, int], group: int, out: np.ndarray | None = None) -> np.ndarray:
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw
     og, k = o // group, cg * kh * kw
     wk = w.reshape(group, og, k)
-    y = np.empty((n, o, oh, ow), dtype=x.dtype)
+    y = np.empty((n, o, oh, ow), dtype=x.dtype) if out is None else out
     if kh == kw == 1 and not any(pads) and strides == [1, 1]:  # the input is the patch matrix
         np.matmul(wk, x.reshape(n, group, cg, oh * ow), out=y.reshape(n, group, og, oh * ow))
         return y
@@ -184,7 +190,7 @@ def _conv_by_taps(x: np.ndarray, w: np.ndarray, pads: list[int], dil: list[int],
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
-               out_hw: tuple[int, int], group: int) -> np.ndarray:
+               out_hw: tuple[int, int], group: int, out: np.ndarray | None = None) -> np.ndarray:
     """One input channel per group: a sum over kernel taps of per-channel scaled shifted inputs."""
     o, _, kh, kw = w.shape
     mult = o // group
@@ -192,7 +198,11 @@ def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int]
     if mult > 1:  # each input channel feeds `mult` consecutive output channels
         xp = np.repeat(xp, mult, axis=1)
     oh, ow = out_hw
-    y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
+    if out is None:
+        y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
+    else:
+        y = out
+        y[...] = 0
     samples = max(1, _DEPTHWISE_BLOCK // max(1, o * oh * ow))
     tmp = np.empty_like(y[:samples])
     for n0 in range(0, x.shape[0], samples):  # a few samples at a time: the passes stay in cache

@@ -164,3 +164,27 @@ def test_a_rebound_copy_shares_the_weights_and_leaves_the_model_alone() -> None:
         array, copy = before[value.name]
         assert value.const is array and np.array_equal(array, copy)
     assert all(v is not w for v, w in zip(static.graph.values(), wide.graph.values()))
+
+
+@pytest.mark.parametrize("bias", ["random", "zeros", "none", "negative zero"])
+def test_a_batch_norm_as_1x1_depthwise_convolution_has_the_bits_of_the_tap_sum(bias: str) -> None:
+    """conv2d's channel-scale path (x * w + b) against the general depthwise kernel (its one tap
+    summed onto zeros, then the bias): -0.0 products (zeros in x, negative weights) included."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 6, 5, 7)).astype(np.float32)
+    x[:, :, 1] = 0.0
+    x[:, :, 2] = -0.0
+    w = rng.standard_normal((6, 1, 1, 1)).astype(np.float32)
+    w[0] = -w[0] if w[0] > 0 else w[0]
+    b = {"random": rng.standard_normal(6).astype(np.float32), "zeros": np.zeros(6, np.float32), "none": None,
+         "negative zero": np.array([-0.0, 1, 2, 3, 4, 5], np.float32)}[bias]
+    attrs = {"group": 6, "pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1]}
+    want = nn_ops._depthwise(x, w, [1, 1], [0, 0, 0, 0], [1, 1], (5, 7), 6)
+    if b is not None:
+        want += b.reshape(1, -1, 1, 1)
+    got = nn_ops.conv2d(x, w, b, attrs)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # -0.0 and +0.0 too
+    out = np.empty_like(want)
+    nn_ops.conv2d(x, w, b, attrs, out=out)
+    assert np.array_equal(np.signbit(out), np.signbit(want)) and np.array_equal(out, want)

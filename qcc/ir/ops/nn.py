@@ -91,13 +91,28 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, 
                             or not out.flags.c_contiguous):
         raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}, the convolution computes "
                          f"{(x.shape[0], w.shape[0], oh, ow)} in {dtype} (C-contiguous)")
-    if cg == 1 and group > 1:
+    bias = b.astype(dtype, copy=False) if b is not None else None
+    if _channel_scale(x, w, bias, strides, pads, group):
+        # a standalone batch norm folded to a 1x1 depthwise convolution (DenseNet's, before every
+        # layer): x * w + b in two passes. _depthwise sums its one tap onto zeros, turning a -0.0
+        # product into +0.0; a bias without -0.0 gives the same sums either way (-0.0 + b == 0.0 + b)
+        y = np.multiply(x, w.reshape(1, -1, 1, 1), out=out)
+    elif cg == 1 and group > 1:
         y = _depthwise(x, w, strides, pads, dil, (oh, ow), group, out)
     else:
         y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group, out)
-    if b is not None:
-        y += b.astype(dtype, copy=False).reshape(1, -1, 1, 1)
+    if bias is not None:
+        y += bias.reshape(1, -1, 1, 1)
     return y
+
+
+def _channel_scale(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: list[int], pads: list[int],
+                   group: int) -> bool:
+    """A float 1x1 depthwise convolution with one output per channel, no padding, stride 1 and a
+    bias without -0.0: each output is x * w[c] + b[c]."""
+    return (x.dtype.kind == "f" and group > 1 and group == x.shape[1] == w.shape[0] and w.shape[2:] == (1, 1)
+            and strides == [1, 1] and not any(pads) and b is not None
+            and not np.any(np.signbit(b) & (b == 0)))
 
 
 def _padded(x: np.ndarray, pads: list[int]) -> np.ndarray:

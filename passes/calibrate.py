@@ -453,9 +453,19 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None], spli
     from qcc.sim.compare import passthrough
     from qcc.sim.interpreter import Interpreter
 
-    kernels: dict[str, Any] = {op: split.wrap(_per_sample(get_schema(op).kernel)) for op in ops_with("product")
-                               if not get_schema(op).has("elementwise")}
+    kernels: dict[str, Any] = {op: split.wrap(_per_sample(get_schema(op).kernel), _WRITERS.get(op))
+                               for op in ops_with("product") if not get_schema(op).has("elementwise")}
     return Interpreter(model, observer=observe, kernels={**kernels, "Quantize": passthrough}).run
+
+
+def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:
+    from qcc.ir.ops import nn
+
+    nn.conv2d(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs, out=out)
+
+
+_WRITERS = {"Conv": _conv_into}
+"""Product kernels that compute into a given array (qcc.sim.split: no concatenation of the threads' parts)."""
 
 
 def _per_sample(kernel: Any) -> Any:

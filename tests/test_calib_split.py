@@ -103,3 +103,88 @@ def test_a_static_batch_is_rebound_to_one_sample_per_thread(monkeypatch: pytest.
     assert wide is not None and wide.graph.inputs[0].type.shape[0] == 3
     x = data(7)
     assert collect(static, {"x": x}, 1, rebatch=32).to_dict() == collect(static, {"x": x}, 1).to_dict()
+
+
+@pytest.mark.parametrize("geometry", [
+    {"w": (8, 6, 1, 1)},                                      # 1x1: the input is the patch matrix
+    {"w": (8, 6, 3, 3), "pads": [1, 1, 1, 1], "strides": [2, 2]},  # im2col
+    {"w": (3, 8, 3, 3), "pads": [1, 1, 1, 1], "c": 8},         # narrowing 3x3: by taps
+    {"w": (12, 1, 3, 3), "pads": [1, 0, 1, 0], "group": 6},    # depthwise, 2 outputs per channel
+])
+def test_a_convolution_computed_into_a_slice_has_the_bits_it_returns(geometry: dict[str, Any]) -> None:
+    """calibrate's split products write each thread's samples into the batch output (conv2d's `out`)."""
+    rng = np.random.default_rng(3)
+    c = geometry.get("c", 6)
+    x = rng.standard_normal((5, c, 9, 9)).astype(np.float32)
+    w = rng.standard_normal(geometry["w"]).astype(np.float32)
+    b = rng.standard_normal(geometry["w"][0]).astype(np.float32)
+    attrs = {"group": geometry.get("group", 1), "pads": geometry.get("pads", [0, 0, 0, 0]),
+             "strides": geometry.get("strides", [1, 1]), "dilations": [1, 1], "kernel_shape": list(geometry["w"][2:])}
+    want = np.concatenate([nn_ops.conv2d(x[k:k + 1], w, b, attrs) for k in range(len(x))])
+    out = np.full(want.shape, np.nan, dtype=np.float32)
+    nn_ops.conv2d(x[:2], w, b, attrs, out=out[:2])
+    nn_ops.conv2d(x[2:], w, b, attrs, out=out[2:])
+    assert np.array_equal(out, want)
+    with pytest.raises(ValueError, match="out has shape"):
+        nn_ops.conv2d(x, w, b, attrs, out=out[:2])
+
+
+def test_split_convolutions_write_the_batch_output_with_the_bits_of_each_sample_alone() -> None:
+    from qcc.passes.calibrate import _WRITERS, _per_sample
+
+    m, x = model(), data(7)
+    alone = np.concatenate([Interpreter(m).run({"x": x[k:k + 1]})[OUT] for k in range(len(x))])
+    split = SplitProducts(2)
+    wrote: list[str] = []
+    conv_into = _WRITERS["Conv"]
+
+    def spy(node: Any, xs: list[np.ndarray], out: np.ndarray) -> None:
+        wrote.append(node.op)
+        conv_into(node, xs, out)
+
+    try:
+        kernels: dict[str, Any] = {op: split.wrap(_per_sample(Interpreter(m).kernel_for(n)), spy if op == "Conv" else None)
+                                   for n in m.graph.nodes for op in [n.op] if op in ("Conv", "MatMul")}
+        batched = Interpreter(m, kernels=kernels).run({"x": x})[OUT]
+    finally:
+        split.close()
+    assert wrote.count("Conv") == 2 * 2  # two convolutions, two threads each
+    assert np.array_equal(batched, alone)
+
+
+def test_a_rebound_copy_shares_the_weights_and_leaves_the_model_alone() -> None:
+    from qcc.ir.rebatch import rebatched
+
+    static = make_model({"x": (1, 3, 10, 10)}, convs_and_dense)
+    before = {v.name: (v.const, v.const.copy()) for v in static.graph.constants if v.const is not None}
+    wide = rebatched(static, 4)
+    assert wide is not None and wide.graph.inputs[0].type.shape[0] == 4
+    assert static.graph.inputs[0].type.shape[0] == 1
+    for value in wide.graph.constants:
+        array, copy = before[value.name]
+        assert value.const is array and np.array_equal(array, copy)
+    assert all(v is not w for v, w in zip(static.graph.values(), wide.graph.values()))
+
+
+@pytest.mark.parametrize("bias", ["random", "zeros", "none", "negative zero"])
+def test_a_batch_norm_as_1x1_depthwise_convolution_has_the_bits_of_the_tap_sum(bias: str) -> None:
+    """conv2d's channel-scale path (x * w + b) against the general depthwise kernel (its one tap
+    summed onto zeros, then the bias): -0.0 products (zeros in x, negative weights) included."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 6, 5, 7)).astype(np.float32)
+    x[:, :, 1] = 0.0
+    x[:, :, 2] = -0.0
+    w = rng.standard_normal((6, 1, 1, 1)).astype(np.float32)
+    w[0] = -w[0] if w[0] > 0 else w[0]
+    b = {"random": rng.standard_normal(6).astype(np.float32), "zeros": np.zeros(6, np.float32), "none": None,
+         "negative zero": np.array([-0.0, 1, 2, 3, 4, 5], np.float32)}[bias]
+    attrs = {"group": 6, "pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1]}
+    want = nn_ops._depthwise(x, w, [1, 1], [0, 0, 0, 0], [1, 1], (5, 7), 6)
+    if b is not None:
+        want += b.reshape(1, -1, 1, 1)
+    got = nn_ops.conv2d(x, w, b, attrs)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # -0.0 and +0.0 too
+    out = np.empty_like(want)
+    nn_ops.conv2d(x, w, b, attrs, out=out)
+    assert np.array_equal(np.signbit(out), np.signbit(want)) and np.array_equal(out, want)

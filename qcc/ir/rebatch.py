@@ -19,8 +19,12 @@ from qcc.ir.types import DTYPES, TensorType
 
 
 def rebatched(model: Model, batch: int) -> Model | None:
-    """A deep copy of `model` whose inputs have first dimension `batch` (a multiple of the static
-    batch), every tensor re-typed; None when some tensor would not scale with the batch."""
+    """A copy of `model` whose inputs have first dimension `batch` (a multiple of the static
+    batch), every tensor re-typed; None when some tensor would not scale with the batch.
+
+    The graph is a deep copy, the constants' arrays are shared: the copy exists to be run, and
+    copying ResNet-50's 100 MB of weights cost a calibration 0.09 s (a quarter of one ORT pass
+    over 8 samples)."""
     from qcc.ir.samples import is_default, sample_axes
 
     inputs = model.graph.inputs
@@ -35,7 +39,8 @@ def rebatched(model: Model, batch: int) -> Model | None:
     if old < 1 or batch % old or batch == old:
         return None
     factor = batch // old
-    copied = copy.deepcopy(model)
+    shared: dict[int, object] = {id(v.const): v.const for v in model.graph.constants if v.const is not None}
+    copied = copy.deepcopy(model, shared)
     graph = copied.graph
     for value in graph.inputs:
         value.type = _scaled(value.type, factor)

@@ -24,6 +24,8 @@ import numpy as np
 from qcc.ir.core import Node
 
 Kernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
+Writer = Callable[[Node, list[np.ndarray], np.ndarray], object]
+"""Computes a node's single output for the given inputs into `out` (a slice of the batch's output)."""
 
 
 def product_threads(limit: int | None = None) -> int:
@@ -48,7 +50,10 @@ class SplitProducts:
             self._limits = threadpool_limits(1, user_api="blas")
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="qcc-product")
 
-    def wrap(self, kernel: Kernel) -> Kernel:
+    def wrap(self, kernel: Kernel, writer: Writer | None = None) -> Kernel:
+        """`kernel` with its batch split by samples; with a `writer`, each thread computes its
+        samples straight into the batch's output (allocated here from the node's static output
+        type) instead of the parts being concatenated: one copy of every output fewer."""
         if self._pool is None:
             return kernel
         pool, threads = self._pool, self.threads
@@ -61,6 +66,13 @@ class SplitProducts:
             count = len(data)
             parts = min(threads, count)
             bounds = [count * i // parts for i in range(parts + 1)]
+            shape = _batch_shape(node, count) if writer is not None and data.dtype.kind == "f" else None
+            if writer is not None and shape is not None:
+                out = np.empty(shape, dtype=data.dtype)
+                done = [pool.submit(writer, node, [data[a:b], *xs[1:]], out[a:b]) for a, b in itertools.pairwise(bounds)]
+                for future in done:
+                    future.result()
+                return [out]
             futures = [pool.submit(kernel, node, [data[a:b], *xs[1:]]) for a, b in itertools.pairwise(bounds)]
             results = [f.result() for f in futures]
             return [np.concatenate(outs) for outs in zip(*results)]
@@ -74,3 +86,11 @@ class SplitProducts:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+def _batch_shape(node: Node, count: int) -> tuple[int, ...] | None:
+    """The node's single output shape for `count` samples, when its type knows every other dim."""
+    if len(node.outputs) != 1:
+        return None
+    dims = node.outputs[0].type.shape[1:]
+    return (count, *dims) if all(isinstance(d, int) for d in dims) else None  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ class Relu(_Unary):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.maximum(xs[0], 0).astype(xs[0].dtype)]
+        return [np.maximum(xs[0], 0).astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -46,7 +46,7 @@ class LeakyRelu(_Unary):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        return [np.where(x >= 0, x, x * F32(node.attrs["alpha"])).astype(x.dtype)]
+        return [np.where(x >= 0, x, x * F32(node.attrs["alpha"])).astype(x.dtype, copy=False)]
 
 
 @register
@@ -79,7 +79,7 @@ class Sigmoid(_Unary):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0].astype(np.float64)
-        return [(0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype)]
+        return [(0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -100,7 +100,7 @@ class HardSigmoid(_Unary):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         a, b = F32(node.attrs["alpha"]), F32(node.attrs["beta"])
-        return [np.clip(xs[0] * a + b, 0, 1).astype(xs[0].dtype)]
+        return [np.clip(xs[0] * a + b, 0, 1).astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -112,7 +112,7 @@ class HardSwish(_Unary):
         # ONNX's definition, x * max(0, min(1, alpha * x + beta)) with alpha = 1/6: one float32
         # operation at a time, as the .nnb functions it becomes compute it (MulScalar, AddScalar...)
         x = xs[0]
-        return [(x * np.clip(x * F32(1 / 6) + F32(0.5), 0, 1)).astype(x.dtype)]
+        return [(x * np.clip(x * F32(1 / 6) + F32(0.5), 0, 1)).astype(x.dtype, copy=False)]
 
 
 @register
@@ -122,7 +122,7 @@ class Silu(_Unary):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0].astype(np.float64)
-        return [(x * 0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype)]
+        return [(x * 0.5 * (1.0 + np.tanh(0.5 * x))).astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -138,7 +138,7 @@ class Gelu(_Unary):
             y = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
         else:
             y = 0.5 * x * (1 + _erf(x / math.sqrt(2)))
-        return [y.astype(xs[0].dtype)]
+        return [y.astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -150,12 +150,12 @@ class Elu(_Unary):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        return [np.where(x > 0, x, F32(node.attrs["alpha"]) * np.expm1(x)).astype(x.dtype)]
+        return [np.where(x > 0, x, F32(node.attrs["alpha"]) * np.expm1(x)).astype(x.dtype, copy=False)]
 
 
 def _simple(name: str, fn: Any, doc: str) -> None:
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(fn(xs[0])).astype(xs[0].dtype)]
+        return [np.asarray(fn(xs[0])).astype(xs[0].dtype, copy=False)]
 
     register(type(name, (_Unary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel)}))
 
@@ -188,7 +188,7 @@ class PRelu(OpDef):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         x = xs[0]
-        return [np.where(x < 0, x * xs[1].astype(x.dtype), x).astype(x.dtype)]
+        return [np.where(x < 0, x * xs[1].astype(x.dtype), x).astype(x.dtype, copy=False)]
 
 
 @register
@@ -234,7 +234,7 @@ class Softmax(OpDef):
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         shifted, total = _shifted_exp_sum(xs[0], node.attrs["axis"])
-        return [(np.exp(shifted) / total).astype(xs[0].dtype)]
+        return [(np.exp(shifted) / total).astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -252,7 +252,7 @@ class LogSoftmax(OpDef):
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         shifted, total = _shifted_exp_sum(xs[0], node.attrs["axis"])
         log_sum = np.log(total)
-        return [(shifted - log_sum).astype(xs[0].dtype)]
+        return [(shifted - log_sum).astype(xs[0].dtype, copy=False)]
 
 
 class _Binary(OpDef):
@@ -269,7 +269,7 @@ class _Binary(OpDef):
 
 def _binary(name: str, fn: Any, doc: str, extra: frozenset[str] = frozenset({"quantizes_constants"})) -> None:
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype)]
+        return [np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype, copy=False)]
 
     register(type(name, (_Binary,), {"name": name, "__doc__": doc, "kernel": staticmethod(kernel),
                                      "traits": _Binary.traits | extra}))

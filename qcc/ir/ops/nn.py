@@ -69,12 +69,14 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
-           accumulate: Any = None) -> np.ndarray:
+           accumulate: Any = None, out: np.ndarray | None = None) -> np.ndarray:
     """Grouped convolution in `accumulate` (default x's dtype; int64 for fixed point: exact).
 
     One matrix product per group and block of samples/rows on a contiguous patch matrix (im2col;
     1x1 convolutions use the input itself), depthwise ones as a sum of shifted products: BLAS
-    speed in float32, no float64 upcast, extra memory bounded by _BLOCK_ELEMENTS.
+    speed in float32, no float64 upcast, extra memory bounded by _BLOCK_ELEMENTS. `out`: a
+    C-contiguous array of the output's shape and dtype to compute into (calibration's threads
+    each write their samples of one batch output: no concatenation afterwards); same bits.
     """
     strides, pads, dil = _conv_geometry(attrs)
     group = int(attrs["group"])
@@ -85,13 +87,32 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, 
     cg, kh, kw = w.shape[1:]
     oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
-    if cg == 1 and group > 1:
-        y = _depthwise(x, w, strides, pads, dil, (oh, ow), group)
+    if out is not None and (out.shape != (x.shape[0], w.shape[0], oh, ow) or out.dtype != dtype
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}, the convolution computes "
+                         f"{(x.shape[0], w.shape[0], oh, ow)} in {dtype} (C-contiguous)")
+    bias = b.astype(dtype, copy=False) if b is not None else None
+    if _channel_scale(x, w, bias, strides, pads, group):
+        # a standalone batch norm folded to a 1x1 depthwise convolution (DenseNet's, before every
+        # layer): x * w + b in two passes. _depthwise sums its one tap onto zeros, turning a -0.0
+        # product into +0.0; a bias without -0.0 gives the same sums either way (-0.0 + b == 0.0 + b)
+        y = np.multiply(x, w.reshape(1, -1, 1, 1), out=out)
+    elif cg == 1 and group > 1:
+        y = _depthwise(x, w, strides, pads, dil, (oh, ow), group, out)
     else:
-        y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group)
-    if b is not None:
-        y += b.astype(dtype, copy=False).reshape(1, -1, 1, 1)
+        y = _conv_gemm(x, w, strides, pads, dil, (oh, ow), group, out)
+    if bias is not None:
+        y += bias.reshape(1, -1, 1, 1)
     return y
+
+
+def _channel_scale(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: list[int], pads: list[int],
+                   group: int) -> bool:
+    """A float 1x1 depthwise convolution with one output per channel, no padding, stride 1 and a
+    bias without -0.0: each output is x * w[c] + b[c]."""
+    return (x.dtype.kind == "f" and group > 1 and group == x.shape[1] == w.shape[0] and w.shape[2:] == (1, 1)
+            and strides == [1, 1] and not any(pads) and b is not None
+            and not np.any(np.signbit(b) & (b == 0)))
 
 
 def _padded(x: np.ndarray, pads: list[int]) -> np.ndarray:
@@ -112,13 +133,13 @@ def _tap(xp: np.ndarray, i: int, j: int, rows: tuple[int, int], ow: int, strides
 
 
 def _conv_gemm(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
-               out_hw: tuple[int, int], group: int) -> np.ndarray:
+               out_hw: tuple[int, int], group: int, out: np.ndarray | None = None) -> np.ndarray:
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
     oh, ow = out_hw
     og, k = o // group, cg * kh * kw
     wk = w.reshape(group, og, k)
-    y = np.empty((n, o, oh, ow), dtype=x.dtype)
+    y = np.empty((n, o, oh, ow), dtype=x.dtype) if out is None else out
     if kh == kw == 1 and not any(pads) and strides == [1, 1]:  # the input is the patch matrix
         np.matmul(wk, x.reshape(n, group, cg, oh * ow), out=y.reshape(n, group, og, oh * ow))
         return y
@@ -184,7 +205,7 @@ def _conv_by_taps(x: np.ndarray, w: np.ndarray, pads: list[int], dil: list[int],
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int], dil: list[int],
-               out_hw: tuple[int, int], group: int) -> np.ndarray:
+               out_hw: tuple[int, int], group: int, out: np.ndarray | None = None) -> np.ndarray:
     """One input channel per group: a sum over kernel taps of per-channel scaled shifted inputs."""
     o, _, kh, kw = w.shape
     mult = o // group
@@ -192,7 +213,11 @@ def _depthwise(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int]
     if mult > 1:  # each input channel feeds `mult` consecutive output channels
         xp = np.repeat(xp, mult, axis=1)
     oh, ow = out_hw
-    y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
+    if out is None:
+        y = np.zeros((x.shape[0], o, oh, ow), dtype=x.dtype)
+    else:
+        y = out
+        y[...] = 0
     samples = max(1, _DEPTHWISE_BLOCK // max(1, o * oh * ow))
     tmp = np.empty_like(y[:samples])
     for n0 in range(0, x.shape[0], samples):  # a few samples at a time: the passes stay in cache
@@ -289,7 +314,7 @@ class Dense(OpDef):
         y = xs[0] @ xs[1]
         if len(xs) > 2 and xs[2] is not None:
             y = y + xs[2]
-        return [y.astype(xs[0].dtype)]
+        return [y.astype(xs[0].dtype, copy=False)]
 
 
 @register
@@ -317,7 +342,7 @@ class MatMul(OpDef):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.matmul(xs[0], xs[1]).astype(xs[0].dtype)]
+        return [np.matmul(xs[0], xs[1]).astype(xs[0].dtype, copy=False)]
 
 
 @register

@@ -539,28 +539,42 @@ def plane_elements(c: int, oh: int, ow: int, kh: int, kw: int, dh: int, dw: int,
     return c * (-(-oh * pw // fxv) * fxv + (kh - 1) * dh * pw + (kw - 1) * dw)
 
 
-@pytest.mark.parametrize("mode", ["fixed8", "fixed16"])
-def test_fixed_point_plane_path_gives_the_row_paths_bits(tmp_path: Path, mode: str) -> None:
-    """The small-map plane path of the fixed-point convolution (native flags, blocks of 32 or 16;
-    blocks of 8, sanitized) gives the row path's bits (-DQCC_FXPLANE=0) and qcc.sim.fixed's:
-    nnabla-c-runtime's per-input-channel truncation, done in the same channel order."""
+PLANE_OFF = {"fixed8": "-DQCC_FXPLANE=0", "fixed16": "-DQCC_FXPLANE=0", "int8-dot8": "-DQCC_A8PLANE=0",
+             "uint8-dot8": "-DQCC_A8PLANE=0"}
+
+
+@pytest.mark.parametrize("mode", list(PLANE_OFF))
+def test_small_map_plane_paths_give_the_row_paths_bits(tmp_path: Path, mode: str) -> None:
+    """The small-map plane paths: the fixed-point convolution's (native flags, blocks of 32 or 16;
+    blocks of 8, sanitized) against its row path (-DQCC_FXPLANE=0) and qcc.sim.fixed's bits
+    (nnabla-c-runtime's per-input-channel truncation, done in the same channel order); isa=dot8's
+    (tiles of 16 padded positions; its panel interleaved by SSE2 unpacks or, -DQCC_NO_INTRINSICS,
+    in C) against its gathering tiles (-DQCC_A8PLANE=0) and qcc.sim.affine_int's."""
     rng = np.random.default_rng(31)
     model = small_map_model()
-    bits = int(mode[5:])
-    annotate_fixed(model, {"x": rng.standard_normal((8, 4, 8, 7)).astype(np.float32)}, bits, bits, jitter=1,
-                   seed=bits)
-    # every stride-1 layer fits the default plane (4096 elements) even in blocks of 32: the plane
-    # path is what the default builds run, the row path what -DQCC_FXPLANE=0 runs
+    calib = {"x": rng.standard_normal((8, 4, 8, 7)).astype(np.float32)}
+    fixed = mode.startswith("fixed")
+    if fixed:
+        bits = int(mode[5:])
+        annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
+    else:
+        model = affine(model, calib, mode.split("-")[0])
+    # every stride-1 layer fits the default planes (4096 elements; dot8: input channels padded to
+    # 4, blocks of 16) even in blocks of 32: the plane paths are what the default builds run
     for c, oh, ow, kh, kw, d in ((4, 8, 7, 3, 3, 1), (16, 8, 7, 5, 3, 1), (16, 8, 7, 3, 3, 2), (4, 8, 7, 1, 1, 1),
-                                 (10, 6, 5, 3, 3, 1)):
+                                 (12, 6, 5, 3, 3, 1)):
         assert plane_elements(c, oh, ow, kh, kw, d, d, 32) <= 4096
     x = rng.standard_normal((3, 4, 8, 7)).astype(np.float32) * 1.5
-    want = flat_outputs(model, run_fixed(model, {"x": x}), len(x))
-    builds = {"plane": FLAGS["native"], "plane-fxv8-sanitized": (*SANITIZE, "-DQCC_FXV=8"),
-              "rows": (*FLAGS["native"], "-DQCC_FXPLANE=0")}
+    results = run_fixed(model, {"x": x}) if fixed else run_affine_int(model, {"x": x})
+    want = flat_outputs(model, results, len(x))
+    small = ("-DQCC_FXV=8",) if fixed else ("-DQCC_NO_INTRINSICS",)
+    builds = {"plane": FLAGS["native"], "plane-small-sanitized": (*SANITIZE, *small),
+              "rows": (*FLAGS["native"], PLANE_OFF[mode])}
+    isa = "portable" if fixed else "dot8"
     for name, flags in builds.items():
-        exe = build(model, tmp_path / name.replace("-", "_"), flags)
+        exe = build(model, tmp_path / name.replace("-", "_"), flags, isa)
         if name == "plane":
-            assert "QCC_FXPLANE" in (tmp_path / "plane" / "plane.c").read_text()
+            text = (tmp_path / "plane" / "plane.c").read_text()
+            assert PLANE_OFF[mode][4:-2] in text and (fixed or "qcc_pack4p(" in text)
         got = run_c(exe, x, out_size(model))
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name

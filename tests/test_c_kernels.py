@@ -548,8 +548,9 @@ def test_small_map_plane_paths_give_the_row_paths_bits(tmp_path: Path, mode: str
     """The small-map plane paths: the fixed-point convolution's (native flags, blocks of 32 or 16;
     blocks of 8, sanitized) against its row path (-DQCC_FXPLANE=0) and qcc.sim.fixed's bits
     (nnabla-c-runtime's per-input-channel truncation, done in the same channel order); isa=dot8's
-    (tiles of 16 padded positions; its panel interleaved by SSE2 unpacks or, -DQCC_NO_INTRINSICS,
-    in C) against its gathering tiles (-DQCC_A8PLANE=0) and qcc.sim.affine_int's."""
+    (tiles of 16 padded positions, by default only with the VNNI intrinsics; its panel interleaved
+    by SSE2 unpacks or, -DQCC_NO_INTRINSICS, in C) against its gathering tiles (-DQCC_A8PLANE=0)
+    and qcc.sim.affine_int's."""
     rng = np.random.default_rng(31)
     model = small_map_model()
     calib = {"x": rng.standard_normal((8, 4, 8, 7)).astype(np.float32)}
@@ -567,8 +568,10 @@ def test_small_map_plane_paths_give_the_row_paths_bits(tmp_path: Path, mode: str
     x = rng.standard_normal((3, 4, 8, 7)).astype(np.float32) * 1.5
     results = run_fixed(model, {"x": x}) if fixed else run_affine_int(model, {"x": x})
     want = flat_outputs(model, results, len(x))
-    small = ("-DQCC_FXV=8",) if fixed else ("-DQCC_NO_INTRINSICS",)
-    builds = {"plane": FLAGS["native"], "plane-small-sanitized": (*SANITIZE, *small),
+    small = ("-DQCC_FXV=8",) if fixed else ("-DQCC_NO_INTRINSICS", "-DQCC_A8PLANE=4096")
+    vnni = () if fixed or not cpu_has_vnni() else VNNI[1:]  # dot8's plane path is on by default with VNNI
+    builds = {"plane": (*FLAGS["native"], *vnni, *(() if vnni or fixed else ("-DQCC_A8PLANE=4096",))),
+              "plane-small-sanitized": (*SANITIZE, *small),
               "rows": (*FLAGS["native"], PLANE_OFF[mode])}
     isa = "portable" if fixed else "dot8"
     for name, flags in builds.items():

@@ -270,7 +270,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
         const int dy = tap / p->kw * p->dh;
         const int dx = tap % p->kw * p->dw;
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
-        int32_t off[QCC_OB]; /* within one channel plane (< 2^31 elements): 32-bit gather indices */
+        long off[QCC_OB];
         int ok[QCC_OB];
         int s, q, j, t0 = 0, t1 = 0;
         long base = 0;
@@ -296,7 +296,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
                 for (q = sq[s]; q < sq[s + 1]; ++q) {{
                     const int ix = (sox[s] + q - sq[s]) * p->sw - p->pw + dx;
                     ok[q] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w;
-                    off[q] = ok[q] ? (int32_t)(iy * p->w + ix) : 0;
+                    off[q] = ok[q] ? (long)iy * p->w + ix : 0;
                 }}
             }}
         }}
@@ -395,20 +395,6 @@ def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name:
         bias, pad, zero = "", "0, zx", "0"
     else:
         extra, bias, pad, zero = "", ", const float *restrict b", "0.0f", "0.0f"
-    # float 1x1 convolutions of stride 1 without padding: a whole tile's panel would be a copy of 16
-    # consecutive positions of each input channel, so the micro-kernel reads them in place (same
-    # products in the same order: same bits); squeezenet's expand / squeeze layers
-    direct_decl = "" if affine else """
-    const long hw = (long)p->h * p->w;
-    const int direct = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->ph == 0 && p->pw == 0 &&
-        (long)p->oh * p->ow == hw;"""
-    direct_call = "" if affine else f"""                        if (direct && pn == QCC_OB) {{
-                            for (o = 0; o < nb; o += QCC_PB) {{
-                                {tile}(WROW(k0), QCC_WB, xg + k0 * hw + p0, hw, kc, part + o * QCC_OB);
-                            }}
-                            continue;
-                        }}
-"""
     return ks.kernel(name, lambda: f"""
 QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
     const qcc_conv_t *restrict p{extra}{params})
@@ -422,7 +408,6 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
     {acc} part[QCC_OS * QCC_OB];
     int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
     int n, g, ob0, q, o, j, nseg;
-{direct_decl}
     long p0, k0;
     /* weights of output channels ob0 + o .. (a multiple of QCC_PB inside their block of QCC_WB), tap k */
 #define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
@@ -449,7 +434,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                     sq[nseg] = pn;
                     for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
                         const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-{direct_call}                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
                         for (o = 0; o < nb; o += QCC_PB) {{
                             {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
                         }}

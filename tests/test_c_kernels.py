@@ -506,3 +506,78 @@ def test_broadcast_rows_follow_each_operands_strides(tmp_path: Path, mode: str) 
     got = run_c(exe, x_in, out_size(model))
     results = run_model(model, {"x": x_in}) if mode == "float32" else run_affine_int(model, {"x": x_in})
     assert np.array_equal(got.view(np.uint32), flat_outputs(model, results, len(x_in)).view(np.uint32))
+
+
+def small_map_model() -> Model:
+    """Fixed-point convolutions on 8x8-ish maps (the digits CNN's sizes) for the plane path: 3x3
+    pad 1 (16 -> 16: whole blocks of QCC_FB), asymmetric pads on a 5x3 window, a dilated one, a
+    grouped 1x1 with 5 outputs per group (single output channels), an unpadded 3x3 (oh < h) with 20
+    outputs (8 + 8 + 4 singles), and a stride-2 layer (the row path)."""
+    rng = np.random.default_rng(29)
+    g = Graph("small")
+    x = g.add_input("x", TensorType("float32", ("N", 4, 8, 7)))
+
+    def const(name: str, *shape: int) -> Value:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+
+    c1 = g.add("Conv", x, const("w1", 16, 4, 3, 3), const("b1", 16), name="c3x3", pads=[1, 1, 1, 1])
+    r1 = g.add("Relu", c1, name="r1")
+    c2 = g.add("Conv", r1, const("w2", 16, 16, 5, 3), const("b2", 16), name="asym", pads=[2, 0, 2, 2])
+    c3 = g.add("Conv", r1, const("w3", 8, 16, 3, 3), name="dilated", pads=[2, 2, 2, 2], dilations=[2, 2])
+    c4 = g.add("Conv", r1, const("w4", 10, 8, 1, 1), const("b4", 10), name="grouped", group=2)
+    c5 = g.add("Conv", c4, const("w5", 20, 10, 3, 3), const("b5", 20), name="valid")
+    c6 = g.add("Conv", c2, const("w6", 8, 16, 3, 3), name="strided", strides=[2, 2], pads=[1, 1, 1, 1])
+    g.outputs = [c2, c3, c5, c6]
+    return Model(g)
+
+
+def plane_elements(c: int, oh: int, ow: int, kh: int, kw: int, dh: int, dw: int, fxv: int) -> int:
+    """What conv_fixed's plane path pads (all input channels): the padded rows of ow + (kw-1)dw
+    columns, the positions rounded up to QCC_FXV, the reach of the last tap."""
+    pw = ow + (kw - 1) * dw
+    return c * (-(-oh * pw // fxv) * fxv + (kh - 1) * dh * pw + (kw - 1) * dw)
+
+
+PLANE_OFF = {"fixed8": "-DQCC_FXPLANE=0", "fixed16": "-DQCC_FXPLANE=0", "int8-dot8": "-DQCC_A8PLANE=0",
+             "uint8-dot8": "-DQCC_A8PLANE=0"}
+
+
+@pytest.mark.parametrize("mode", list(PLANE_OFF))
+def test_small_map_plane_paths_give_the_row_paths_bits(tmp_path: Path, mode: str) -> None:
+    """The small-map plane paths: the fixed-point convolution's (native flags, blocks of 32 or 16;
+    blocks of 8, sanitized) against its row path (-DQCC_FXPLANE=0) and qcc.sim.fixed's bits
+    (nnabla-c-runtime's per-input-channel truncation, done in the same channel order); isa=dot8's
+    (tiles of 16 padded positions, by default only with the VNNI intrinsics; its panel interleaved
+    by SSE2 unpacks or, -DQCC_NO_INTRINSICS, in C) against its gathering tiles (-DQCC_A8PLANE=0)
+    and qcc.sim.affine_int's."""
+    rng = np.random.default_rng(31)
+    model = small_map_model()
+    calib = {"x": rng.standard_normal((8, 4, 8, 7)).astype(np.float32)}
+    fixed = mode.startswith("fixed")
+    if fixed:
+        bits = int(mode[5:])
+        annotate_fixed(model, calib, bits, bits, jitter=1, seed=bits)
+    else:
+        model = affine(model, calib, mode.split("-")[0])
+    # every stride-1 layer fits the default planes (4096 elements; dot8: input channels padded to
+    # 4, blocks of 16) even in blocks of 32: the plane paths are what the default builds run
+    for c, oh, ow, kh, kw, d in ((4, 8, 7, 3, 3, 1), (16, 8, 7, 5, 3, 1), (16, 8, 7, 3, 3, 2), (4, 8, 7, 1, 1, 1),
+                                 (12, 6, 5, 3, 3, 1)):
+        assert plane_elements(c, oh, ow, kh, kw, d, d, 32) <= 4096
+    x = rng.standard_normal((3, 4, 8, 7)).astype(np.float32) * 1.5
+    results = run_fixed(model, {"x": x}) if fixed else run_affine_int(model, {"x": x})
+    want = flat_outputs(model, results, len(x))
+    small = ("-DQCC_FXV=8",) if fixed else ("-DQCC_NO_INTRINSICS", "-DQCC_A8PLANE=4096")
+    vnni = () if fixed or not cpu_has_vnni() else VNNI[1:]  # dot8's plane path is on by default with VNNI
+    builds = {"plane": (*FLAGS["native"], *vnni, *(() if vnni or fixed else ("-DQCC_A8PLANE=4096",))),
+              "plane-small-sanitized": (*SANITIZE, *small),
+              "rows": (*FLAGS["native"], PLANE_OFF[mode])}
+    isa = "portable" if fixed else "dot8"
+    for name, flags in builds.items():
+        exe = build(model, tmp_path / name.replace("-", "_"), flags, isa)
+        if name == "plane":
+            text = (tmp_path / "plane" / "plane.c").read_text()
+            assert PLANE_OFF[mode][4:-2] in text and (fixed or "qcc_pack4p(" in text)
+        got = run_c(exe, x, out_size(model))
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name

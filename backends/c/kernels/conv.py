@@ -900,6 +900,100 @@ def fixed_sum_type(x: CType, w: CType, y: CType, taps: int, shift: int) -> str:
     return "int32_t" if worst < 2**31 and shift < 31 else "int64_t"
 
 
+def _fixed_truncate(sum_t: str, unsigned: str, wide: str, upscale: bool, y: CType, width: str) -> str:
+    """One input channel's sums truncated toward zero by 2^rs (or multiplied by ls) and added to the
+    running totals, saturated to the output type; the sums cleared for the next channel."""
+    return f"""for (q = 0; q < QCC_FB; ++q) {{
+    for (j = 0; j < {width}; ++j) {{
+        const {sum_t} v = s[q][j];
+        const {sum_t} m = ({sum_t})(({unsigned})(v < 0 ? -v : v) >> rs);
+        const {wide} r = ({wide})(v < 0 ? -m : m){' * ls' if upscale else ''} + total[q][j];
+        total[q][j] = (int32_t)(r < {y.lo} ? {y.lo} : (r > {y.hi} ? {y.hi} : r));
+        s[q][j] = 0;
+    }}
+}}
+"""
+
+
+def _fixed_plane(x: CType, w: CType, y: CType, ep: Epilogue, sum_t: str, unsigned: str, wide: str,
+                 upscale: bool) -> str:
+    """conv_fixed's plane path (one sample): pad every channel, then blocks of QCC_FXV padded
+    positions by QCC_FB output channels, the input channels innermost but one (the taps)."""
+    weights = "\n".join(f"const {sum_t} w{q} = wt[{q} * cg * ks];" for q in range(FB))
+    macs = "\n".join(f"    s[{q}][j] += xv * w{q};" for q in range(FB))
+    body = f"""for (ic = 0; ic < p->c; ++ic) {{
+    /* channel ic zero-padded: plane row iy + ph holds input row iy, column ix + pw input column ix */
+    const {x.name} *restrict xc = x + ((long)n * p->c + ic) * p->h * p->w;
+    {x.name} *restrict pc = buf + ic * ps;
+    int iy, ix;
+    for (t = 0; t < ps; ++t) {{
+        pc[t] = 0;
+    }}
+    for (iy = 0; iy < p->h; ++iy) {{
+        const long row = (long)(iy + p->ph) * pw_;
+        if (iy + p->ph < 0 || row + pw_ > ps) {{
+            continue;
+        }}
+        for (ix = 0; ix < p->w; ++ix) {{
+            if (ix + p->pw >= 0 && ix + p->pw < pw_) {{
+                pc[row + ix + p->pw] = xc[(long)iy * p->w + ix];
+            }}
+        }}
+    }}
+}}
+for (o = 0; o < p->o; o += nb) {{
+    const int g = o / og;
+    int k0;
+    nb = o % og + QCC_FB <= og ? QCC_FB : 1;
+    for (k0 = 0; k0 < nq; k0 += QCC_FXV) {{
+        int32_t total[QCC_FB][QCC_FXV];
+        {sum_t} s[QCC_FB][QCC_FXV];
+        for (q = 0; q < QCC_FB; ++q) {{
+            for (j = 0; j < QCC_FXV; ++j) {{
+                total[q][j] = 0;
+                s[q][j] = 0;
+            }}
+        }}
+        for (ic = 0; ic < cg; ++ic) {{
+            const {x.name} *restrict pc = buf + ((long)g * cg + ic) * ps + k0;
+            const {w.name} *restrict wc = w + ((long)o * cg + ic) * ks;
+            for (ky = 0; ky < p->kh; ++ky) {{
+                for (kx = 0; kx < p->kw; ++kx) {{
+                    const {x.name} *restrict xr = pc + (long)ky * p->dh * pw_ + kx * p->dw;
+                    const {w.name} *restrict wt = wc + ky * p->kw + kx;
+                    if (nb == QCC_FB) {{
+{_indent(weights, 24)}                        for (j = 0; j < QCC_FXV; ++j) {{
+                            const {sum_t} xv = xr[j];
+{_indent(macs, 24)}                        }}
+                    }} else {{
+                        for (q = 0; q < nb; ++q) {{
+                            const {sum_t} wq = wt[q * cg * ks];
+                            for (j = 0; j < QCC_FXV; ++j) {{
+                                s[q][j] += ({sum_t})xr[j] * wq;
+                            }}
+                        }}
+                    }}
+                }}
+            }}
+{_indent(_fixed_truncate(sum_t, unsigned, wide, upscale, y, "QCC_FXV"), 12)}        }}
+        for (q = 0; q < nb; ++q) {{
+            const int oc = o + q;
+            {y.name} *restrict yc = y + ((long)n * p->o + oc) * p->oh * p->ow;
+{_indent(ep.channel, 12)}            for (j = 0; j < QCC_FXV; ++j) {{
+                const int oy_ = (k0 + j) / pw_;
+                const int ox_ = k0 + j - oy_ * pw_;
+                if (oy_ < p->oh && ox_ < p->ow) {{
+                    const int32_t v = total[q][j];
+{_indent(ep.full, 20)}                    yc[(long)oy_ * p->ow + ox_] = ({y.name})r;
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+    return _indent(body, 12)
+
+
 def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, taps: int, shift: int) -> str:
     """nnabla-c-runtime's convolution (qcc.sim.fixed.conv_kernel): per input channel the exact sum of
     its taps, truncated toward zero by 2^shift (a negative shift multiplies), added to the running
@@ -908,7 +1002,14 @@ def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, taps: 
     The truncation after every input channel is not associative, so the loops keep the channel
     order and vectorize along the output row instead: chunks of QCC_CHUNK positions (QCC_NARROW on
     narrow maps) for QCC_FB output channels at once, the input row read in place (stride 1) or
-    from a zero-padded copy, fixed-length inner loops over the chunk. Weights: OIHW as stored."""
+    from a zero-padded copy, fixed-length inner loops over the chunk. Weights: OIHW as stored.
+
+    Small maps of stride 1 (every input channel's zero-padded plane together at most QCC_FXPLANE
+    elements) take the plane path instead: the sample's channels are padded once, and each tap of a
+    block of QCC_FXV positions (counted along the padded rows, so that a tap reads one contiguous
+    run) is one vector multiply-add per output channel, the QCC_FB x QCC_FXV sums and totals in
+    registers across all input channels. On 8x8 maps the row path spent its time padding 10-byte
+    rows and in loops of 8; same sums, same order, same bits."""
     sum_t = fixed_sum_type(x, w, y, taps, shift)
     upscale = shift < 0
     flavour = f"{'_s64' if sum_t == 'int64_t' else ''}{'_up' if upscale else ''}"
@@ -1005,6 +1106,7 @@ def conv_fixed(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, taps: 
                         }}
                     }}
 """
+    plane_body = _fixed_plane(x, w, y, ep, sum_t, unsigned, wide, upscale)
     params = "".join(f", {p}" for p in ep.params)
     return ks.kernel(name, lambda: f"""
 static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const {y.name} *restrict b,
@@ -1018,8 +1120,22 @@ static void {name}(const {x.name} *restrict x, const {w.name} *restrict w, const
     const int span = (p->kw - 1) * p->dw;
     const int rowbuf = p->sw == 1 && span <= QCC_SPAN;
     int n, o, oy, c0, ic, ky, kx, j, q, nb, t;
+#if QCC_FXPLANE > 0
+    /* the plane path: rows of pw_ = ow + (kw - 1) * dw padded columns; output position k of the
+       padded layout (oy * pw_ + ox) reads tap (ky, kx) at k + ky * dh * pw_ + kx * dw */
+    const int pw_ = p->ow + (p->kw - 1) * p->dw;
+    const int nq = (p->oh * pw_ + QCC_FXV - 1) / QCC_FXV * QCC_FXV;
+    const long ps = nq + (long)(p->kh - 1) * p->dh * pw_ + (p->kw - 1) * p->dw;
+    const int plane = p->sh == 1 && p->sw == 1 && p->c * ps <= QCC_FXPLANE;
+    {x.name} buf[QCC_FXPLANE > 0 ? QCC_FXPLANE : 1];
+#endif
     (void)ls;
     for (n = 0; n < p->n; ++n) {{
+#if QCC_FXPLANE > 0
+        if (plane) {{
+{plane_body}            continue;
+        }}
+#endif
         for (o = 0; o < p->o; o += nb) {{
             const int g = o / og;
             nb = o % og + QCC_FB <= og ? QCC_FB : 1;

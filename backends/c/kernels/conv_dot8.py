@@ -56,8 +56,11 @@ def narrow_requant(ep: Epilogue) -> Epilogue:
     affine mode's accumulator check), and the multipliers are positive."""
     if not ep.element.startswith(WIDE):
         return ep
-    return attrs.evolve(ep, element=ep.element.replace(WIDE, "int32_t r = qcc_requant32(v + bo, mo, so,", 1),
-                        helpers=(*ep.helpers, "requant32"))
+    element = ep.element.replace(WIDE, "int32_t r = qcc_requant32(v + bo, mo, so,", 1)
+    # the 64-bit helper only where something else still calls it (else an unused static function:
+    # a model whose every convolution takes these tiles failed -Werror's unused-function)
+    helpers = tuple(h for h in ep.helpers if h != "requant" or "qcc_requant(" in element + ep.post)
+    return attrs.evolve(ep, element=element, helpers=(*helpers, "requant32"))
 
 
 def _micro(ks: KernelSet) -> str:
@@ -195,13 +198,74 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
 """, ("conv_t",))
 
 
+def _pack_plane(ks: KernelSet) -> str:
+    name = "qcc_pack4p"
+    return ks.kernel(name, lambda: f"""
+#ifndef QCC_A8PLANE /* bytes of a group's zero-padded input for the plane path (0: never) */
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS)
+#define QCC_A8PLANE 4096
+#else
+#define QCC_A8PLANE 0 /* the C dot loop: the padding columns' extra sums cost more than the gathers
+                         (digits: 84 against 72 us with -mavx2) */
+#endif
+#endif
+#if QCC_A8PLANE > 0
+#if defined(__SSE2__) && !defined(QCC_NO_INTRINSICS)
+#include <emmintrin.h>
+#endif
+/* The plane path's panel: panel[(k - k0) / 4][q][k % 4] = plane[channel][p0 + q + tap offset], the
+   plane already holding x - lo in padded rows of pw_ columns (channels past cg: zx - lo), so every
+   tap of a tile is 16 consecutive bytes of 4 channels, interleaved. */
+static void {name}(const uint8_t *restrict plane, uint8_t *restrict panel, const qcc_conv_t *restrict p,
+    long ps, int pw_, long p0, long k0, long kc)
+{{
+    const int cg4 = (p->c / p->group + 3) / 4 * 4;
+    long k;
+    int q;
+    for (k = k0; k < k0 + kc; k += 4) {{
+        const int tap = (int)(k / cg4);
+        const long at = p0 + (long)(tap / p->kw) * p->dh * pw_ + (long)(tap % p->kw) * p->dw;
+        const uint8_t *restrict x0 = plane + (k % cg4) * ps + at;
+        const uint8_t *restrict x1 = x0 + ps;
+        const uint8_t *restrict x2 = x1 + ps;
+        const uint8_t *restrict x3 = x2 + ps;
+#if defined(__SSE2__) && !defined(QCC_NO_INTRINSICS)
+        {{ /* two rounds of byte / word unpacks: positions 0-3, 4-7, 8-11, 12-15 */
+            const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)x0);
+            const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)x1);
+            const __m128i c = _mm_loadu_si128((const __m128i *)(const void *)x2);
+            const __m128i d = _mm_loadu_si128((const __m128i *)(const void *)x3);
+            const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+            const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+            uint8_t *restrict dst = panel + (k - k0) * 16;
+            _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(ab0, cd0));
+            _mm_storeu_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+            _mm_storeu_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+            _mm_storeu_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+            (void)q;
+        }}
+#else
+        for (q = 0; q < 16; ++q) {{
+            uint8_t *restrict dst = panel + (k - k0) * 16 + q * 4;
+            dst[0] = x0[q];
+            dst[1] = x1[q];
+            dst[2] = x2[q];
+            dst[3] = x3[q];
+        }}
+#endif
+    }}
+}}
+#endif
+""", ("conv_t",))
+
+
 def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
     """Per group, QCC_OS4 output channels (a multiple of 16) at a time, tiles of 16 consecutive output
     positions (flattened over the map); per tile, QCC_K4 taps at a time packed once and multiplied by
     every 16-channel block; then the bias, requantization and what the lowering fused (`ep`), a
     fixed-length loop per output channel."""
     name = f"qcc_conv4_{x.suffix}_{y.suffix}{ep.suffix}"
-    pack, dot = _pack(ks, x), _micro(ks)
+    pack, dot, packp = _pack(ks, x), _micro(ks), _pack_plane(ks)
     ep = narrow_requant(ep)
     for helper in ep.helpers:
         ks.helper(helper)
@@ -230,9 +294,80 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
     int iy0[16], ix0[16];
     int n, g, ob0, o, q, row;
     long p0, k0, j;
+#if QCC_A8PLANE > 0
+    /* the plane path (stride 1, small maps): the group's input channels (cg4 of them) zero-padded
+       once into rows of pw_ columns; tiles of 16 positions of that layout (oy * pw_ + ox), so each
+       tap of a tile reads 16 consecutive bytes, never gathers; positions with ox >= ow are computed
+       and dropped. On 8x8 maps a tile spans two output rows and the gathers were most of the time. */
+    const int cg4 = (cg + 3) / 4 * 4;
+    const int pw_ = p->ow + (p->kw - 1) * p->dw;
+    const long nq = ((long)p->oh * pw_ + 15) / 16 * 16;
+    const long ps = nq + (long)(p->kh - 1) * p->dh * pw_ + (p->kw - 1) * p->dw;
+    const int plane = p->sh == 1 && p->sw == 1 && cg4 * ps <= QCC_A8PLANE;
+    uint8_t buf[QCC_A8PLANE > 0 ? QCC_A8PLANE : 1];
+#endif
     for (n = 0; n < p->n; ++n) {{
         for (g = 0; g < p->group; ++g) {{
             const {x.name} *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
+#if QCC_A8PLANE > 0
+            if (plane) {{
+                int ic, iy, ix;
+                for (j = 0; j < cg4 * ps; ++j) {{
+                    buf[j] = (uint8_t)(zx - ({x.lo}));
+                }}
+                for (ic = 0; ic < cg; ++ic) {{
+                    for (iy = 0; iy < p->h; ++iy) {{
+                        const long at = (long)ic * ps + (long)(iy + p->ph) * pw_ + p->pw;
+                        if (iy + p->ph < 0 || (long)(iy + p->ph) * pw_ + pw_ > ps) {{
+                            continue;
+                        }}
+                        for (ix = 0; ix < p->w; ++ix) {{
+                            if (ix + p->pw >= 0 && ix + p->pw < pw_) {{
+                                buf[at + ix] = (uint8_t)((int32_t)xg[((long)ic * p->h + iy) * p->w + ix] - ({x.lo}));
+                            }}
+                        }}
+                    }}
+                }}
+                for (ob0 = 0; ob0 < og; ob0 += QCC_OS4) {{
+                    const int nb = og - ob0 < QCC_OS4 ? og - ob0 : QCC_OS4;
+                    for (p0 = 0; p0 < nq; p0 += 16) {{
+                        int at[16]; /* where position q of the tile is stored (-1: a padding column) */
+                        for (q = 0; q < 16; ++q) {{
+                            const int oy = (int)((p0 + q) / pw_);
+                            const int ox = (int)(p0 + q - (long)oy * pw_);
+                            at[q] = oy < p->oh && ox < p->ow ? oy * p->ow + ox : -1;
+                        }}
+                        for (j = 0; j < (long)(nb + 15) / 16 * 256; ++j) {{
+                            part[j] = 0;
+                        }}
+                        for (k0 = 0; k0 < kp; k0 += QCC_K4) {{
+                            const long kc = kp - k0 < QCC_K4 ? kp - k0 : QCC_K4;
+                            {packp}(buf, panel, p, ps, pw_, p0, k0, kc);
+                            for (o = 0; o < nb; o += 16) {{
+                                {dot}(panel, w + (((long)g * blocks + (ob0 + o) / 16) * kp + k0) * 16, kc / 4, part + o * 16);
+                            }}
+                        }}
+                        for (o = 0; o < nb; ++o) {{
+                            const int oc = g * og + ob0 + o;
+                            {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix;
+                            int32_t out[16];
+{_indent(ep.channel, 28)}                            QCC_VECTOR_LOOP
+                            for (q = 0; q < 16; ++q) {{
+                                const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 32)}                                out[q] = r;
+                            }}
+                            for (q = 0; q < 16; ++q) {{
+                                if (at[q] >= 0) {{
+                                    int32_t r = out[q];
+{_indent(ep.post, 36)}                                    yo[at[q]] = ({y.name})r;
+                                }}
+                            }}
+                        }}
+                    }}
+                }}
+                continue;
+            }}
+#endif
             for (ob0 = 0; ob0 < og; ob0 += QCC_OS4) {{
                 const int nb = og - ob0 < QCC_OS4 ? og - ob0 : QCC_OS4;
                 for (p0 = 0; p0 < npix; p0 += 16) {{

@@ -182,6 +182,19 @@ typedef struct {
 /* fixed-point convolutions: QCC_FB output channels by row chunks of QCC_CHUNK positions
    (QCC_NARROW for narrow maps); QCC_SPAN is the widest (kw - 1) * dilation the row buffer serves */
 #define QCC_FB 8
+/* small maps of stride 1 whose padded input (all channels) has at most QCC_FXPLANE elements take
+   the plane path (a stack array of that many): blocks of QCC_FXV positions, fixed-length loops;
+   -DQCC_FXPLANE=0 keeps only the row path */
+#ifndef QCC_FXPLANE
+#define QCC_FXPLANE 4096
+#endif
+#ifndef QCC_FXV
+#if defined(__AVX2__)
+#define QCC_FXV 32 /* digits fixed8 -march=native: 74 us (16: 114, 8: 270) */
+#else
+#define QCC_FXV 16 /* SSE2: 180 us (8: 216, 32: 192) */
+#endif
+#endif
 #define QCC_CHUNK 32
 #define QCC_NARROW 8
 #define QCC_SPAN 32

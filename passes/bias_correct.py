@@ -234,7 +234,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             stored = np.asarray(out[0])
             got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
             mean = ChannelMean()
-            mean.add(got.astype(np.float64) - target, _mask(node, target))
+            mean.add_difference(got, target, _mask(node, target))
             shift = mean.mean()
             _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
@@ -245,7 +245,9 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             if fixed:  # a generic kernel (mixed types): compute it again
                 return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
-            return [(stored + change).astype(stored.dtype)]  # before storage: the bias is the last term
+            # before storage (the bias is the last term): the sum in float64 rounded once to the stored dtype
+            return [np.add(stored, change, dtype=np.float64, out=np.empty(stored.shape, stored.dtype),
+                           casting="same_kind")]
         return kernel
 
     ops = {n.op for n in layers}

@@ -181,8 +181,7 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
         if index is not None:
             layer = layers[index]
             reference = _float_layer(layer, seen[id(layer.input(0))])
-            batch.setdefault(index, ChannelMean()).add(np.asarray(array, np.float64) - reference,
-                                                        _mask(layer, reference))
+            batch.setdefault(index, ChannelMean()).add_difference(array, reference, _mask(layer, reference))
 
     runner = quantized_runner(model, observe)
     sums = []

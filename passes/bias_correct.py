@@ -235,7 +235,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             mean = ChannelMean()
             mean.add_difference(got, target, _mask(node, target))
             shift = mean.mean()
-            _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
+            _apply(model, node, shifts.get(id(node), 0.0) + shift, "", report=False)  # run() reports it
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
             bias = _bias(node)
             assert bias is not None and bias.const is not None
@@ -346,9 +346,10 @@ def _correctable(layer: Node) -> bool:
         and len(bias.uses()) == 1
 
 
-def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
+def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str, report: bool = True) -> dict[str, Any]:
     """bias := (the bias as stored) - shift: the stored bias moves by the grid step nearest to
-    the shift (correcting the float bias instead would add its own rounding, up to a step)."""
+    the shift (correcting the float bias instead would add its own rounding, up to a step).
+    report=False: no report entry for the bias (a measuring run, undone before the final one)."""
     before = layer_bias(layer, output_channels(layer, _weight(layer)))
     bias = ensure_bias(model.graph, layer)
     assert bias.const is not None
@@ -356,7 +357,7 @@ def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str,
     stored = apply_annotation(before.astype(np.float64), bias.quant) if bias.quant is not None else before
     bias.const = (np.asarray(stored, np.float64) - shift).astype(bias.const.dtype)
     clipped = _clip_to_storage(bias)
-    if bias.quant is not None:
+    if bias.quant is not None and report:
         bias.meta["report"] = parameter_entry(bias.const, bias.quant)
     step = _output_step(layer)
     entry: dict[str, Any] = {"layer": layer.name, "mode": mode,

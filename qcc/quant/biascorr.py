@@ -74,7 +74,8 @@ class ChannelMean:
 def masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """np.where(mask, values, 0.0) for float64 values, in place: the bits ANDed with all ones
     where the mask holds and with zero (+0.0) where it does not. np.where's per-element select
-    on a mask that follows the data is several times slower (branch misses on 2-core CPUs)."""
+    pays branch misses where the mask is irregular (1.7x on a random mask); on torchvision
+    mobilenet_v2's clamp masks the two cost the same."""
     if values.dtype != np.float64 or mask.shape != values.shape or not values.flags.c_contiguous:
         return np.where(mask, values, 0.0)
     keep = mask.astype(np.int64)

@@ -315,10 +315,10 @@ def test_fewer_samples_read_the_first_rows_of_calibrates_reference(annotate: str
 
 
 @pytest.mark.parametrize("shape", [(9, 24, 12, 12), (16, 100), (3, 7, 5)])
-def test_error_sums_mask_in_place_with_the_bits_of_a_select(shape: tuple[int, ...]) -> None:
-    """add_difference masks the float64 difference by ANDing its bits (np.where is several times
-    slower): sums and counts must equal add(got - target, mask)'s bit for bit, NaN, infinities
-    and signed zeros included."""
+def test_error_sums_without_the_cast_copy_keep_their_bits(shape: tuple[int, ...]) -> None:
+    """add_difference subtracts in float64 without casting `got` first: sums and counts must
+    equal add(got.astype(float64) - target, mask)'s bit for bit, NaN, infinities and signed
+    zeros included."""
     from qcc.quant.biascorr import ChannelMean
 
     rng = np.random.default_rng(len(shape))

@@ -181,8 +181,7 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
         if index is not None:
             layer = layers[index]
             reference = _float_layer(layer, seen[id(layer.input(0))])
-            batch.setdefault(index, ChannelMean()).add(np.asarray(array, np.float64) - reference,
-                                                        _mask(layer, reference))
+            batch.setdefault(index, ChannelMean()).add_difference(array, reference, _mask(layer, reference))
 
     runner = quantized_runner(model, observe)
     sums = []
@@ -234,9 +233,9 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             stored = np.asarray(out[0])
             got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
             mean = ChannelMean()
-            mean.add(got.astype(np.float64) - target, _mask(node, target))
+            mean.add_difference(got, target, _mask(node, target))
             shift = mean.mean()
-            _apply(model, node, shifts.get(id(node), 0.0) + shift, "")
+            _apply(model, node, shifts.get(id(node), 0.0) + shift, "", report=False)  # run() reports it
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
             bias = _bias(node)
             assert bias is not None and bias.const is not None
@@ -245,7 +244,9 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             if fixed:  # a generic kernel (mixed types): compute it again
                 return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
-            return [(stored + change).astype(stored.dtype)]  # before storage: the bias is the last term
+            # before storage (the bias is the last term): the sum in float64 rounded once to the stored dtype
+            return [np.add(stored, change, dtype=np.float64, out=np.empty(stored.shape, stored.dtype),
+                           casting="same_kind")]
         return kernel
 
     ops = {n.op for n in layers}
@@ -345,9 +346,10 @@ def _correctable(layer: Node) -> bool:
         and len(bias.uses()) == 1
 
 
-def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str, Any]:
+def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str, report: bool = True) -> dict[str, Any]:
     """bias := (the bias as stored) - shift: the stored bias moves by the grid step nearest to
-    the shift (correcting the float bias instead would add its own rounding, up to a step)."""
+    the shift (correcting the float bias instead would add its own rounding, up to a step).
+    report=False: no report entry for the bias (a measuring run, undone before the final one)."""
     before = layer_bias(layer, output_channels(layer, _weight(layer)))
     bias = ensure_bias(model.graph, layer)
     assert bias.const is not None
@@ -355,7 +357,7 @@ def _apply(model: Model, layer: Node, shift: np.ndarray, mode: str) -> dict[str,
     stored = apply_annotation(before.astype(np.float64), bias.quant) if bias.quant is not None else before
     bias.const = (np.asarray(stored, np.float64) - shift).astype(bias.const.dtype)
     clipped = _clip_to_storage(bias)
-    if bias.quant is not None:
+    if bias.quant is not None and report:
         bias.meta["report"] = parameter_entry(bias.const, bias.quant)
     step = _output_step(layer)
     entry: dict[str, Any] = {"layer": layer.name, "mode": mode,

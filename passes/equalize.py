@@ -34,10 +34,12 @@ from qcc.passes.channel_fold import (
     fold_input_affine,
     fold_output_affine,
     input_ranges,
+    input_view,
     layer_bias,
     layer_weight,
     output_channels,
     output_ranges,
+    output_view,
     reads_padding,
     set_layer_bias,
 )
@@ -51,6 +53,7 @@ from qcc.passes.quantutil import (
 )
 
 from qcc.ir.core import Graph, Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.equalize import (
     absorbable_shift,
@@ -194,12 +197,26 @@ def find_pairs(graph: Graph) -> list[Pair]:
 
 
 class _Weights:
-    """float64 working copies of every layer the pairs touch, written back once."""
+    """float64 working copies of every layer the pairs touch, written back once.
+
+    The sweeps scale them in place and keep each layer's per-channel ranges (max |W| per output
+    and per input channel) up to date without reading the weights again where that is exact:
+    rounding is monotone and symmetric, so for f > 0 max_i |fl(w_i * f)| == fl(max_i |w_i| * f),
+    and a range whose channels were all multiplied by one factor each is the old range times
+    that factor, bit for bit. A scaling along the other axis invalidates it (each element of a
+    channel got a different factor), except on a depthwise layer, whose input channel c and
+    output channel c are the same weights.
+
+    A scaling whose weights nobody reads before the next one waits (`pending`): a layer scaled on
+    one axis only (ResNet's first and last 1x1 convolutions of a block, a classifier) gets its 20
+    multiplications in one cache-sized block of rows at a time, in the same order, at the end."""
 
     def __init__(self, pairs: Iterable[Pair]) -> None:
         self.arrays: dict[int, tuple[Node, np.ndarray, np.ndarray]] = {}
         self.stats: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.changed: set[int] = set()
+        self.ranges: dict[tuple[int, str], np.ndarray] = {}
+        self.pending: dict[int, list[np.ndarray]] = {}  # weight-broadcastable factors, in order
         for pair in pairs:
             for layer in (pair.a, pair.b):
                 w = layer_weight(layer).const
@@ -210,15 +227,71 @@ class _Weights:
                 self.stats[id(pair.a)] = (np.array(stats[0]), np.array(stats[1]))
 
     def get(self, layer: Node) -> tuple[np.ndarray, np.ndarray]:
+        self._flush(layer)
         _, w, b = self.arrays[id(layer)]
         return w, b
 
+    def _flush(self, layer: Node) -> None:
+        """Apply the pending multiplications of the layer's weight, block of rows by block."""
+        factors = self.pending.pop(id(layer), [])
+        if not factors:
+            return
+        w = self.arrays[id(layer)][1]
+        rows = int(w.shape[0])
+        step = max(1, _BLOCK // max(1, w[0].size))
+        for start in range(0, rows, step):
+            block = w[start:start + step]
+            for f in factors:
+                np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+
     def set(self, layer: Node, w: np.ndarray, b: np.ndarray) -> None:
+        assert id(layer) not in self.pending, "set() after get(): the weights read were complete"
         self.arrays[id(layer)] = (layer, w, b)
         self.changed.add(id(layer))
+        self.ranges.pop((id(layer), "out"), None)
+        self.ranges.pop((id(layer), "in"), None)
+
+    def out_range(self, layer: Node) -> np.ndarray:
+        """max |W| per output channel (`output_ranges`)."""
+        key = (id(layer), "out")
+        if key not in self.ranges:
+            self.ranges[key] = output_ranges(layer, self.get(layer)[0])  # get: pending applied
+        return self.ranges[key]
+
+    def in_range(self, layer: Node, channels: int) -> np.ndarray:
+        """max |W| per input channel (`input_ranges`)."""
+        key = (id(layer), "in")
+        if key not in self.ranges:
+            self.ranges[key] = _input_ranges(layer, self.get(layer)[0], channels)
+        return self.ranges[key]
+
+    def scale_out(self, layer: Node, s: np.ndarray) -> None:
+        """fold_output_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
+        _, w, b = self.arrays[id(layer)]
+        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "out", s))
+        self.arrays[id(layer)] = (layer, w, b * s + np.zeros(len(s)))
+        self.changed.add(id(layer))
+        self._rescale(layer, w, "out", s)
+
+    def scale_in(self, layer: Node, s: np.ndarray) -> None:
+        """fold_input_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
+        _, w, _ = self.arrays[id(layer)]
+        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "in", s))
+        self.changed.add(id(layer))
+        self._rescale(layer, w, "in", s)
+
+    def _rescale(self, layer: Node, w: np.ndarray, axis: str, s: np.ndarray) -> None:
+        other = "in" if axis == "out" else "out"
+        same = _depthwise(layer, w)
+        for side in (axis, other) if same else (axis,):
+            if (id(layer), side) in self.ranges:
+                self.ranges[(id(layer), side)] = self.ranges[(id(layer), side)] * s
+        if not same:
+            self.ranges.pop((id(layer), other), None)
 
     def write(self, graph: Graph) -> bool:
         for key in self.changed:
+            self._flush(self.arrays[key][0])
             layer, w, b = self.arrays[key]
             weight = layer_weight(layer)
             assert weight.const is not None
@@ -228,6 +301,43 @@ class _Weights:
             layer = self.arrays[key][0]
             layer.outputs[0].meta[BN_STATS] = (mean, std)
         return bool(self.changed)
+
+
+def _input_ranges(layer: Node, w: np.ndarray, channels: int) -> np.ndarray:
+    """input_ranges's values (maxima: exact in any order): for one group and a C-ordered weight
+    whose input channels are axis 1, the rows' elementwise maximum first (a contiguous stream),
+    then each channel's taps, instead of numpy's strided reduction over axes 0 and 2-3."""
+    if get_schema(layer.op).weight_axis != 0 or int(layer.attrs.get("group", 1)) != 1 \
+            or not w.flags.c_contiguous or w.ndim < 2 or int(w.shape[1]) != channels:
+        return input_ranges(layer, w, channels)
+    rows = int(w.shape[0])
+    per_row = np.abs(w).reshape(rows, -1).max(axis=0)
+    return np.asarray(per_row.reshape(channels, -1).max(axis=1))
+
+
+def _factors(layer: Node, w: np.ndarray, side: str, s: np.ndarray) -> np.ndarray:
+    """s laid over the weight's output ("out") or input channels: output_view / input_view's
+    values, as a broadcastable array where one exists (no weight-sized copy kept per sweep)."""
+    out_axis = get_schema(layer.op).weight_axis
+    assert out_axis is not None
+    axis = out_axis if side == "out" else 1 - out_axis
+    if axis == 0:
+        return s.reshape(-1, *([1] * (w.ndim - 1)))
+    if int(layer.attrs.get("group", 1)) == 1:
+        return s.reshape(1, -1, *([1] * (w.ndim - 2)))
+    return output_view(layer, w, s) if side == "out" else input_view(layer, w, s)
+
+
+_BLOCK = 1 << 15
+"""float64 weights (256 KB) that get all their pending multiplications while in cache."""
+
+
+def _depthwise(layer: Node, w: np.ndarray) -> bool:
+    """Whether input channel c and output channel c are the same weights: a Conv (output axis 0)
+    with one input channel per group and one group per output channel."""
+    group = int(layer.attrs.get("group", 1))
+    return get_schema(layer.op).weight_axis == 0 and w.ndim >= 2 and int(w.shape[1]) == 1 \
+        and group == int(w.shape[0]) > 1
 
 
 def _constant_channels(pair: Pair, work: _Weights) -> np.ndarray:
@@ -266,17 +376,14 @@ def _remove_dead(pair: Pair, work: _Weights) -> None:
 
 def _equalize(pair: Pair, work: _Weights) -> float:
     """One equalization step of the pair; returns the largest |log s| it applied."""
-    wa, ba = work.get(pair.a)
-    wb, bb = work.get(pair.b)
-    s = cle_scales(output_ranges(pair.a, wa), input_ranges(pair.b, wb, pair.channels))
+    s = cle_scales(work.out_range(pair.a), work.in_range(pair.b, pair.channels))
     if pair.smin is not None and pair.smax is not None:
         s = limit_scales(s, pair.total, pair.smin, pair.smax)
     moved = float(np.max(np.abs(np.log(s)))) if s.size else 0.0
     if moved < 1e-9:
         return moved
-    zeros = np.zeros(pair.channels)
-    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, 1.0 / s, zeros))
-    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, s, zeros))
+    work.scale_out(pair.a, 1.0 / s)
+    work.scale_in(pair.b, s)
     pair.total = pair.total * s
     if id(pair.a) in work.stats:
         mean, std = work.stats[id(pair.a)]

@@ -312,3 +312,24 @@ def test_fewer_samples_read_the_first_rows_of_calibrates_reference(annotate: str
     sixteen, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
     assert any(a.const.tobytes() != b.const.tobytes()  # type: ignore[union-attr]
                for a, b in zip(model.graph.constants, sixteen.graph.constants))
+
+
+@pytest.mark.parametrize("shape", [(9, 24, 12, 12), (16, 100), (3, 7, 5)])
+def test_error_sums_without_the_cast_copy_keep_their_bits(shape: tuple[int, ...]) -> None:
+    """add_difference subtracts in float64 without casting `got` first: sums and counts must
+    equal add(got.astype(float64) - target, mask)'s bit for bit, NaN, infinities and signed
+    zeros included."""
+    from qcc.quant.biascorr import ChannelMean
+
+    rng = np.random.default_rng(len(shape))
+    got = rng.standard_normal(shape).astype(np.float32)
+    target = rng.standard_normal(shape).astype(np.float32)
+    got.flat[:6] = [np.nan, np.inf, -0.0, 0.0, -np.inf, -0.0]
+    target.flat[:6] = [1.0, 2.0, 0.0, -0.0, 3.0, 0.0]
+    for mask in (target > 0, rng.random(shape) > 0.05, np.zeros(shape, bool), None):
+        expected, fast = ChannelMean(), ChannelMean()
+        expected.add(got.astype(np.float64) - target, mask)
+        fast.add_difference(got, target, mask)
+        assert expected.sums is not None and fast.sums is not None
+        assert expected.sums.tobytes() == fast.sums.tobytes()
+        assert np.array_equal(expected.counts, fast.counts)

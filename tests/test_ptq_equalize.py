@@ -212,3 +212,97 @@ def test_large_samples_are_observed_on_fewer_of_them(mobilenet_digits_files: Net
 
     assert weights(budget) == weights(six)
     assert weights(budget) != weights(every)
+
+
+def _reference_step(pair: Any, work: Any) -> float:
+    """The equalization step as first written: both ranges read from the weights every time,
+    new arrays from channel_fold's folds (what the in-place, range-tracking sweep must equal)."""
+    from qcc.passes import equalize as eq
+    from qcc.passes.channel_fold import (
+        fold_input_affine,
+        fold_output_affine,
+        input_ranges,
+        output_ranges,
+    )
+
+    wa, ba = work.get(pair.a)
+    wb, bb = work.get(pair.b)
+    s = eq.cle_scales(output_ranges(pair.a, wa), input_ranges(pair.b, wb, pair.channels))
+    if pair.smin is not None and pair.smax is not None:
+        s = eq.limit_scales(s, pair.total, pair.smin, pair.smax)
+    moved = float(np.max(np.abs(np.log(s)))) if s.size else 0.0
+    if moved < 1e-9:
+        return moved
+    zeros = np.zeros(pair.channels)
+    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, 1.0 / s, zeros))
+    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, s, zeros))
+    pair.total = pair.total * s
+    if id(pair.a) in work.stats:
+        mean, std = work.stats[id(pair.a)]
+        work.stats[id(pair.a)] = (mean / s, std / s)
+    return moved
+
+
+def _chain() -> Model:
+    """x -> Conv -> Relu -> Conv -> Relu -> depthwise Conv -> Relu -> Conv: the middle layers are
+    scaled on both axes, with channel ranges far apart (folded-BatchNorm-like)."""
+    rng = np.random.default_rng(3)
+
+    def weight(*shape: int) -> np.ndarray:
+        spread = np.exp2(rng.integers(-6, 7, (shape[0],) + (1,) * (len(shape) - 1)))
+        return (rng.standard_normal(shape) * spread).astype(np.float32)
+
+    def build(g: Any, x: Any) -> Any:
+        h = x
+        for i, (shape, group) in enumerate([((8, 3, 3, 3), 1), ((8, 8, 1, 1), 1), ((8, 1, 3, 3), 8), ((5, 8, 1, 1), 1)]):
+            h = g.add("Conv", h, g.add_constant(f"w{i}", weight(*shape)),
+                      g.add_constant(f"b{i}", rng.standard_normal(shape[0]).astype(np.float32)), name=f"conv{i}",
+                      group=group, pads=[1, 1, 1, 1] if shape[2] == 3 else [0, 0, 0, 0])
+            if i < 3:
+                h = g.add("Relu", h, name=f"relu{i}")
+        return h
+
+    return make_model({"x": ("N", 3, 6, 6)}, build)
+
+
+@pytest.mark.parametrize("net", ["mobilenet_digits", "chain"])
+def test_tracked_ranges_give_the_bits_of_recomputed_ones(net: str, mobilenet_digits_files: NetFiles,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweeps keep per-channel ranges from the maxima instead of re-reading the weights
+    (depthwise layers, a Dense head, layers scaled on both axes): every parameter must keep the
+    bits the full recomputation gives."""
+    from qcc.passes import equalize as eq
+
+    def run(spec: str) -> Model:
+        if net == "mobilenet_digits":
+            return folded(mobilenet_digits_files, spec)[0]
+        model = _chain()
+        x = np.random.default_rng(4).standard_normal((8, 3, 6, 6)).astype(np.float32)
+        PassManager(spec).run(model, PassContext(calib_data={"x": x}))
+        return model
+
+    before = {v.name: v.const for v in run("fold-bn").graph.values() if v.const is not None}
+    tracked = run("fold-bn,equalize")
+    with monkeypatch.context() as patch:
+        patch.setattr(eq, "_equalize", _reference_step)
+        recomputed = run("fold-bn,equalize")
+    a = {v.name: v.const for v in tracked.graph.values() if v.const is not None}
+    b = {v.name: v.const for v in recomputed.graph.values() if v.const is not None}
+    assert a.keys() == b.keys()
+    for name, array in a.items():
+        assert array.dtype == b[name].dtype and array.tobytes() == b[name].tobytes(), name
+    changed = sum(name in before and not np.array_equal(array, before[name]) for name, array in a.items())
+    assert changed > 0  # the sweep moved weights: not a vacuous comparison
+
+
+def test_range_of_scaled_weights_is_the_scaled_range() -> None:
+    """The identity the tracking rests on: for f > 0, max |fl(w * f)| == fl(max |w| * f) per
+    channel, through a sequence of scalings, for weights spread over many magnitudes."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 300)) * np.exp2(rng.integers(-60, 60, (64, 300)))
+    r = np.abs(w).max(axis=1)
+    for _ in range(30):
+        f = np.exp(rng.uniform(-3, 3, 64))
+        w = w * f[:, None]
+        r = r * f
+        assert np.abs(w).max(axis=1).tobytes() == r.tobytes()

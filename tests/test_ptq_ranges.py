@@ -144,3 +144,37 @@ def test_auto_is_the_default_method(scheme: str, tmp_path: Path) -> None:
                             quantize=scheme, calib=str(DIGITS / "calib.npz"))
     acts = [t for t in report["tensors"] if t["kind"] == "activation" and "method" in t]
     assert acts and all(t["method"] == "auto" and t["chosen"] in ("minmax", "mse") for t in acts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), bulk=st.floats(1e-6, 1e3), outliers=st.integers(0, 40),
+       scale=st.floats(2.0, 5000.0), one_sided=st.booleans(), quantizer=st.sampled_from(QUANTIZERS))
+def test_auto_screening_shortcuts_change_nothing(seed: int, bulk: float, outliers: int, scale: float,
+                                                 one_sided: bool, quantizer: tuple[str, bool]) -> None:
+    """auto's screening takes the grid unsorted with its repeats (only the least error counts) and
+    approx_sq_error skips a sign without values: the same decision, the same error bits as the
+    sorted grid and both signs summed."""
+    from qcc.quant import histerr
+
+    stats = TensorStats("t").update(_sample(seed, bulk, outliers, scale, one_sided))
+    dtype, symmetric = quantizer
+    pay = ranges._clipping_may_pay(stats, dtype, symmetric, False)
+    original = ranges._screening_points
+    try:
+        ranges._screening_points = ranges._grid_points  # type: ignore[assignment]
+        assert ranges._clipping_may_pay(stats, dtype, symmetric, False) == pay
+    finally:
+        ranges._screening_points = original  # type: ignore[assignment]
+    steps, pos, neg = ranges._range_grids(stats, *ranges._finish_all(
+        stats, stats.min * ranges._grid_points(1.0), stats.max * ranges._grid_points(1.0)), dtype, symmetric, False)
+    p, n, edges = histerr._signed_counts(stats)
+    w = stats.bin_width
+    mid = edges[:-1] + 0.5 * w
+    second = mid * mid + w * w / 12.0
+    both = np.zeros(steps.shape)
+    for counts, bound in ((p, pos), (n, neg)):
+        both += histerr._side_error(counts, bound, steps, mid, second, w)
+    assert approx_sq_error(stats, steps, pos, neg).tobytes() == both.tobytes()
+    if one_sided:  # the skipped side would have added +0.0 everywhere
+        skipped = histerr._side_error(n, neg, steps, mid, second, w)
+        assert not skipped.any() and not np.signbit(skipped).any()

@@ -42,6 +42,11 @@ class ChannelMean:
             seen = np.count_nonzero(mask, axis=axes).astype(np.float64)
         self._accumulate(part, seen)
 
+    def add_difference(self, got: np.ndarray, target: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """add(got - target in float64, mask) without the float64 copy of `got` (one array of the
+        whole batch fewer; the same differences, so the same bits)."""
+        self.add(np.subtract(got, target, dtype=np.float64), mask)
+
     def merge(self, other: ChannelMean) -> None:
         """Add another run's sums: the same additions `add` makes, so merging per-batch means in
         batch order gives the bits of one mean fed batch by batch."""

@@ -99,25 +99,34 @@ def approx_sq_error(stats: TensorStats, step: np.ndarray, pos_bound: np.ndarray,
     second = mid * mid + w * w / 12.0  # E[x^2] over a bin
     step = np.asarray(step, dtype=np.float64)
     total = np.zeros(step.shape)
-    n = pos.size
+    finite = bool(np.isfinite(step).all())
     for counts, bound in ((pos, pos_bound), (neg, neg_bound)):
         b = np.asarray(bound, dtype=np.float64)
-        c0 = np.concatenate([[0.0], np.cumsum(counts)])  # prefix sums
-        c1 = np.concatenate([[0.0], np.cumsum(counts * mid)])
-        c2 = np.concatenate([[0.0], np.cumsum(counts * second)])
-        jb = np.clip(np.floor(b / w).astype(np.int64), 0, n)  # bin holding the bound
-        jh = np.minimum(np.clip(np.floor(0.5 * step / w).astype(np.int64), 0, n), jb)  # below half a step
-        small = c2[jh]
-        rounded = (c0[jb] - c0[jh]) * step * step / 12.0
-        beyond = (c2[n] - c2[np.minimum(jb + 1, n)]) - 2.0 * b * (c1[n] - c1[np.minimum(jb + 1, n)]) \
-            + b * b * (c0[n] - c0[np.minimum(jb + 1, n)])
-        inside_bin = jb < n
-        cb = np.where(inside_bin, counts[np.minimum(jb, n - 1)], 0.0)
-        top = (jb + 1) * w
-        part = cb * np.maximum(top - b, 0.0) ** 3 / (3.0 * w)  # the bound's bin: its part beyond b
-        rest = cb * np.clip((b - jb * w) / w, 0.0, 1.0) * step * step / 12.0  # and its part inside
-        total += small + rounded + beyond + part + rest
+        if finite and not counts.any() and np.isfinite(b).all():
+            continue  # no values on this side: _side_error is +0.0 everywhere (0 times finite terms)
+        total += _side_error(counts, b, step, mid, second, w)
     return total
+
+
+def _side_error(counts: np.ndarray, b: np.ndarray, step: np.ndarray, mid: np.ndarray, second: np.ndarray,
+                w: float) -> np.ndarray:
+    """approx_sq_error's terms for the values of one sign (counts by |x| bin), per candidate."""
+    n = counts.size
+    c0 = np.concatenate([[0.0], np.cumsum(counts)])  # prefix sums
+    c1 = np.concatenate([[0.0], np.cumsum(counts * mid)])
+    c2 = np.concatenate([[0.0], np.cumsum(counts * second)])
+    jb = np.clip(np.floor(b / w).astype(np.int64), 0, n)  # bin holding the bound
+    jh = np.minimum(np.clip(np.floor(0.5 * step / w).astype(np.int64), 0, n), jb)  # below half a step
+    small = c2[jh]
+    rounded = (c0[jb] - c0[jh]) * step * step / 12.0
+    beyond = (c2[n] - c2[np.minimum(jb + 1, n)]) - 2.0 * b * (c1[n] - c1[np.minimum(jb + 1, n)]) \
+        + b * b * (c0[n] - c0[np.minimum(jb + 1, n)])
+    inside_bin = jb < n
+    cb = np.where(inside_bin, counts[np.minimum(jb, n - 1)], 0.0)
+    top = (jb + 1) * w
+    part = cb * np.maximum(top - b, 0.0) ** 3 / (3.0 * w)  # the bound's bin: its part beyond b
+    rest = cb * np.clip((b - jb * w) / w, 0.0, 1.0) * step * step / 12.0  # and its part inside
+    return small + rounded + beyond + part + rest  # type: ignore[no-any-return]
 
 
 def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int) -> np.ndarray:

@@ -286,15 +286,25 @@ def _clipping_may_pay(stats: TensorStats, dtype: str, symmetric: bool, reduce_ra
     """Whether any clipped range on the screening grid comes near the gain `auto` asks for (within
     25%: screening estimates are within a few percent): most tensors stop here."""
     full = minmax(stats)
+    # the grid's points in any order, repeats kept: only the least error counts here
     if symmetric:  # _clip_symmetric of each threshold, all at once
-        t = _grid_points(stats.absmax)
+        t = _screening_points(stats.absmax)
         lo, hi = np.maximum(-t, stats.min), np.minimum(t, stats.max)
     else:
-        a = _grid_points(1.0)
+        a = _screening_points(1.0)
         lo, hi = stats.min * a, stats.max * a
     lo, hi = _finish_all(stats, np.concatenate([[full[0]], lo]), np.concatenate([[full[1]], hi]))
     errors = approx_sq_error(stats, *_range_grids(stats, lo, hi, dtype, symmetric, reduce_range))
     return bool(errors[1:].min() * (1.0 + AUTO_TOLERANCE) < 1.25 * errors[0])
+
+
+_GEOMETRIC = np.exp2(-np.linspace(0.0, _OCTAVES, _COARSE))
+_STEPS = np.arange(1, _LINEAR + 1)
+
+
+def _screening_points(extreme: float) -> np.ndarray:
+    """_grid_points's values before np.unique sorts them and drops repeats (the same products)."""
+    return np.concatenate([extreme * _GEOMETRIC, extreme * _STEPS / _LINEAR])
 
 
 def _grid_points(extreme: float) -> np.ndarray:

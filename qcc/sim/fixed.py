@@ -595,26 +595,21 @@ def clip_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     """`clip_f32` computed on the integers when input and output are fixed point (ReLU6 after
     every mobilenet convolution): the same values without the float32 round trip.
 
-    The getter's v = q * 2**-fx is exact, so v < lo is q < lo * 2**fx (exact in float64), an
-    unclipped v stores as q truncated by 2**(fx - fy) and saturated (the setter's scaling is a
-    power of two), and a clipped one stores what the setter makes of the float32 bound."""
+    The getter's v = q * 2**-fx is exact and the setter (`store`: scale by a power of two,
+    truncate, saturate) is nondecreasing, so store(clamp(v, lo, hi)) = clamp(store(v), store(lo),
+    store(hi)), with store(v) = q shifted by fx - fy and saturated. Crossed bounds (lo > hi) give
+    hi everywhere, as the runtime's two selects do."""
     fx, fy = fixed_of(node.inputs[0]), fixed_of(node.outputs[0])
     if fx is None or fy is None or max(abs(fx.frac), abs(fy.frac)) > 100 or abs(fx.frac - fy.frac) > MAX_SHIFT:
         return clip_f32(node, args)
     q = np.asarray(args[0], dtype=np.int64)
     lo, hi = node.attrs["min"], node.attrs["max"]
-    out = saturate(shift(q, fx.frac - fy.frac), fy.bits)
-    below = q < float(F32(lo)) * 2.0 ** fx.frac if lo is not None else None
-    if hi is not None:
-        above = q > float(F32(hi)) * 2.0 ** fx.frac
-        if below is not None:  # a value raised to lo is then compared with hi
-            above = np.where(below, bool(F32(lo) > F32(hi)), above)
-        out = np.where(above, int(store(np.array([F32(hi)]), fy)[0]), out)
-        if below is not None:
-            below &= ~above
-    if below is not None:
-        out = np.where(below, int(store(np.array([F32(lo)]), fy)[0]), out)
-    return [out]
+    bottom, top = fixed_bounds(fy.bits)
+    stored_lo = bottom if lo is None else int(store(np.array([F32(lo)]), fy)[0])
+    stored_hi = top if hi is None else int(store(np.array([F32(hi)]), fy)[0])
+    if lo is not None and hi is not None and F32(lo) > F32(hi):
+        return [np.full(q.shape, stored_hi, dtype=np.int64)]
+    return [np.clip(saturate(shift(q, fx.frac - fy.frac), fy.bits), stored_lo, stored_hi)]
 
 
 def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:

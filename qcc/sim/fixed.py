@@ -63,7 +63,7 @@ def saturate(a: np.ndarray, bits: int) -> np.ndarray:
     a = np.asarray(a)
     if a.size and (a.min() < lo or a.max() > hi):
         return np.clip(a, lo, hi)
-    return a
+    return a.copy()  # a new array, as np.clip's: `a` may be a kernel's input (a shift by 0 returns it)
 
 
 def clip_inplace(a: np.ndarray, lo: float, hi: float) -> np.ndarray:

@@ -360,7 +360,7 @@ def _add_rounded(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list
     [x, sign(x)] @ [w * 2**-n, offsets] is each shifted product, the add to the total rounds it."""
     lo, hi = fixed_bounds(bits)
     part = np.empty_like(total)
-    reach = 0
+    reach, clipped, following = 0, False, _following(steps)
     for c in range(cols.shape[0]):
         if steps[c] == 0:  # every |product| < 2**n: truncates to 0
             continue
@@ -368,7 +368,7 @@ def _add_rounded(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list
         total += part
         reach += steps[c]
         if reach > hi:
-            reach = _saturate(total, lo, hi, magic)
+            reach, clipped = _saturate(total, lo, hi, following[c], clipped, magic)
 
 
 def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list[int], bits: int) -> None:
@@ -378,7 +378,7 @@ def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: lis
     the range no value can saturate and the clip is skipped (it would change nothing)."""
     lo, hi = fixed_bounds(bits)
     part = np.empty_like(total)
-    reach = 0  # a bound of |total|
+    reach, clipped, following = 0, False, _following(steps)  # |total| bound, last saturation clipped
     for c in range(cols.shape[0]):
         if steps[c] == 0:  # every |partial sum| < 2**n: truncates to 0 (adding -0.0 changes nothing)
             continue
@@ -387,18 +387,38 @@ def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: lis
         total += part
         reach += steps[c]
         if reach > hi:  # may have left the range: saturate now, as the runtime does at this step
-            reach = _saturate(total, lo, hi)
+            reach, clipped = _saturate(total, lo, hi, following[c], clipped)
 
 
-def _saturate(total: np.ndarray, lo: int, hi: int, origin: float = 0.0) -> int:
-    """Clip `total - origin` to [lo, hi] in place; return max |total - origin| afterwards.
+def _following(steps: list[int]) -> list[int]:
+    """Per channel, the bound of the next channel that adds something (0: none left)."""
+    following, last = [0] * len(steps), 0
+    for c in range(len(steps) - 1, -1, -1):
+        following[c] = last
+        last = steps[c] or last
+    return following
 
-    Two reductions first: numpy's clip costs 5-20x a max (NaN handling), and the total mostly
-    stays inside the range, where the clip would change nothing."""
-    top, bottom = float(total.max()) - origin, float(total.min()) - origin
-    if top > hi or bottom < lo:
+
+def _saturate(total: np.ndarray, lo: int, hi: int, following: int, clipped: bool,
+              origin: float = 0.0) -> tuple[int, bool]:
+    """Clip `total - origin` to [lo, hi] in place: (a bound of |total - origin| afterwards,
+    whether values were out of range).
+
+    numpy's clip costs 5-20x a max here (its NaN handling): where the last saturation found
+    values out of range (a layer whose total sits at the bounds) clip at once, as the runtime
+    does, and take the range as the bound unless the next channel adds less than it; elsewhere
+    check with two reductions first, and clip only what left the range."""
+    if clipped:
         np.clip(total, origin + lo, origin + hi, out=total)
-    return int(max(min(top, hi), -max(bottom, lo)))
+        if following >= hi:
+            return -lo, True
+        top, bottom = float(total.max()) - origin, float(total.min()) - origin
+        return int(max(top, -bottom)), top >= hi or bottom <= lo
+    top, bottom = float(total.max()) - origin, float(total.min()) - origin
+    out = top > hi or bottom < lo
+    if out:
+        np.clip(total, origin + lo, origin + hi, out=total)
+    return int(max(min(top, hi), -max(bottom, lo))), out
 
 
 def _conv_int64(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int) -> np.ndarray:

@@ -18,7 +18,8 @@ of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runt
 - Everything else is "generic": inputs dequantized to float32, computed in float32, stored by
   truncation toward zero and saturation (NaN stores 0). Softmax, Sigmoid, Tanh, LeakyRelu, Clip
   and BatchNorm spell out their float32 operation order (the runtime's); exp and tanh are the
-  float32 rounding of the double-precision function. Other ops use the reference float kernel.
+  float32 rounding of the double-precision function (Clip between fixed-point values gives those
+  values from the integers, `clip_kernel`). Other ops use the reference float kernel.
 - Where nnabla-c-runtime has quirks only reachable outside its safe shift range (wrapping
   divisors, int8 upscale overflow, in-place rescaling of an input with a finer position) this
   module computes the clean result; the nnb backend must keep models inside that range. The

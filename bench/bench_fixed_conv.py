@@ -9,12 +9,18 @@ shapes of densenet121 (224x224 input) and mobilenet_v2 (96x96), batch 1, FIXED8 
 a truncating shift. Each figure is the best of --repeats rounds, interleaved; outputs are checked
 equal to the previous kernel's.
 
-Run: .venv/bin/python bench/bench_fixed_conv.py [--repeats 5]
+`--baseline FILE` adds another checkout's qcc/sim/fixed.py (e.g. `git show main:qcc/sim/fixed.py >
+/tmp/fixed_main.py`) as an anchor timed in the same rounds; `--bits 16` runs FIXED16 layers (the
+float64 path: shift 15, inputs in [0, 2**15), weights in [-2**15, 2**15)); the two older anchors
+are FIXED8 kernels and are left out there.
+
+Run: .venv/bin/python bench/bench_fixed_conv.py [--repeats 5] [--baseline FILE] [--bits 16]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -89,14 +95,25 @@ def issue18_conv_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     return [y.astype(np.int64).transpose(0, 1, 3, 2).reshape(batch, o, oh, ow)]
 
 
-def layer(cin: int, cout: int, size: int, k: int, group: int) -> tuple[Node, list[np.ndarray]]:
+def layer(cin: int, cout: int, size: int, k: int, group: int, bits: int = 8) -> tuple[Node, list[np.ndarray]]:
     g = Graph("conv")
     x = g.add_input("x", TensorType("float32", (1, cin, size, size)))
     w = g.add_constant("w", np.zeros((cout, cin // group, k, k), np.float32))
     y = g.add("Conv", x, w, name="conv", group=group, pads=[k // 2] * 4)
-    x.quant, w.quant, y.quant = FixedPoint(8, 4, "trunc"), FixedPoint(8, 7), FixedPoint(8, 4, "trunc")
+    frac = 4 if bits == 8 else 8
+    x.quant, w.quant, y.quant = FixedPoint(bits, frac, "trunc"), FixedPoint(bits, bits - 1), FixedPoint(bits, frac, "trunc")
     rng = np.random.default_rng(0)
-    return g.nodes[0], [rng.integers(0, 128, (1, cin, size, size)), rng.integers(-128, 128, w.const.shape)]
+    top = 1 << (bits - 1)
+    return g.nodes[0], [rng.integers(0, top, (1, cin, size, size)), rng.integers(-top, top, w.const.shape)]
+
+
+def load_baseline(path: str) -> Callable[[Node, list[np.ndarray]], list[np.ndarray]]:
+    """conv_kernel of another checkout's qcc/sim/fixed.py (it imports this checkout's qcc)."""
+    spec = importlib.util.spec_from_file_location("baseline_fixed", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.conv_kernel  # type: ignore[no-any-return]
 
 
 def best(fn: Callable[[], Any], repeats: int) -> float:
@@ -111,26 +128,38 @@ def best(fn: Callable[[], Any], repeats: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--baseline", help="another checkout's qcc/sim/fixed.py, timed as an anchor")
+    ap.add_argument("--bits", type=int, choices=(8, 16), default=8)
     args = ap.parse_args()
-    print(f"2 CPUs shared; load average {os.getloadavg()[0]:.1f} at the start")
-    print("| layer | kernel (ms) | issue-18 kernel (ms) | speed-up | pre-issue-18 kernel (ms) | speed-up | "
-          "float conv (ms) | kernel / float |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    old = args.bits == 8  # the issue-18 and pre-issue-18 copies are FIXED8 kernels
+    print(f"2 CPUs shared; load average {os.getloadavg()[0]:.1f} at the start; FIXED{args.bits}")
+    head = ["layer", "kernel (ms)", *(["baseline (ms)", "speed-up"] if baseline else []),
+            *(["issue-18 kernel (ms)", "speed-up", "pre-issue-18 kernel (ms)", "speed-up"] if old else []),
+            "float conv (ms)", "kernel / float"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---:|" * (len(head) - 1))
+    float_kernel = get_schema("Conv").kernel
     for name, cin, cout, size, k, group in LAYERS:
-        node, ints = layer(cin, cout, size, k, group)
+        node, ints = layer(cin, cout, size, k, group, args.bits)
         floats = [a.astype(np.float32) for a in ints]
-        want = previous_conv_kernel(node, ints)[0]
-        assert np.array_equal(conv_kernel(node, ints)[0], want)
-        assert np.array_equal(issue18_conv_kernel(node, ints)[0], want)
-        float_kernel = get_schema("Conv").kernel
-        now = i18 = prev = ref = float("inf")
-        for _ in range(args.repeats):  # interleaved rounds: load changes hit all four alike
+        want = conv_kernel(node, ints)[0]
+        anchors: dict[str, Callable[[Node, list[np.ndarray]], list[np.ndarray]]] = {}
+        if baseline:
+            anchors["baseline"] = baseline
+        if old:
+            anchors.update({"issue18": issue18_conv_kernel, "previous": previous_conv_kernel})
+        for anchor in anchors.values():
+            assert np.array_equal(anchor(node, ints)[0], want)
+        now = ref = float("inf")
+        times = dict.fromkeys(anchors, float("inf"))
+        for _ in range(args.repeats):  # interleaved rounds: load changes hit all kernels alike
             now = min(now, best(lambda: conv_kernel(node, ints), 1))
-            i18 = min(i18, best(lambda: issue18_conv_kernel(node, ints), 1))
-            prev = min(prev, best(lambda: previous_conv_kernel(node, ints), 1))
+            for key, anchor in anchors.items():
+                times[key] = min(times[key], best(lambda: anchor(node, ints), 1))
             ref = min(ref, best(lambda: float_kernel(node, floats), 1))
-        print(f"| {name} | {now * 1e3:.1f} | {i18 * 1e3:.1f} | {i18 / now:.2f}x | {prev * 1e3:.1f} | "
-              f"{prev / now:.2f}x | {ref * 1e3:.1f} | {now / ref:.1f}x |")
+        cells = [f"{now * 1e3:.1f}"] + [f"{t * 1e3:.1f} | {t / now:.2f}x" for t in times.values()]
+        print(f"| {name} | " + " | ".join(cells) + f" | {ref * 1e3:.1f} | {now / ref:.1f}x |")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

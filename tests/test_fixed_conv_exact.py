@@ -95,6 +95,40 @@ def test_every_path_gives_the_same_integers(monkeypatch: pytest.MonkeyPatch) -> 
             assert np.array_equal(fixed.conv_kernel(node, args)[0], want)
 
 
+def pointwise_layer(rng: np.random.Generator, bits: int, n: int, cg: int, og: int) -> tuple[Node, list[np.ndarray]]:
+    """A 1x1 layer truncating by 2**n (n < 0: scaling up) on inputs of both signs, zeros and the
+    type's extremes (the running total saturates both ways), weights including 0 and MIN."""
+    graph = Graph("pointwise")
+    x = graph.add_input("x", TensorType("float32", (2, cg, 3, 4)))
+    w = graph.add_constant("w", np.zeros((og, cg, 1, 1), np.float32))
+    y = graph.add("Conv", x, w, name="conv", group=1, pads=[0, 0, 0, 0], strides=[1, 1], dilations=[1, 1])
+    fx = max(n, 0) + 2
+    x.quant, w.quant, y.quant = FixedPoint(bits, fx, "trunc"), FixedPoint(bits, 0), FixedPoint(bits, fx - n, "trunc")
+    lo, hi = fixed_bounds(bits)
+    xi = rng.integers(lo, hi + 1, x.type.shape)
+    xi[0, :, 0] = rng.choice([lo, hi, 0, -1, 1], (cg, 4))
+    wi = rng.integers(lo, hi + 1, w.const.shape)
+    wi[:, 0] = rng.choice([lo, hi, 0, -1, 1], (og, 1, 1))
+    return graph.nodes[0], [xi, wi]
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_pointwise_rounding_path_is_the_runtime_loop(bits: int) -> None:
+    """1x1 layers truncate by rounding (`rounding_constant`: an offset toward zero and a float
+    total kept in the range where its step is 1): every shift, signs, zeros and saturation."""
+    rng = np.random.default_rng(bits * 3)
+    mantissa = 24 if bits == 8 else 53
+    taken = 0
+    for n in range(-3, 2 * bits + 2):
+        node, args = pointwise_layer(rng, bits, n, int(rng.integers(2, 9)), int(rng.integers(1, 6)))
+        partial = (1 << (bits - 1)) ** 2  # |x * w| at most
+        dtype = fixed.exact_float(*args, n, bits)
+        taken += dtype is not None and fixed.rounding_constant(partial, n, bits, dtype) is not None
+        assert np.array_equal(fixed.conv_kernel(node, args)[0], runtime_conv(*args, n, bits, node)), n
+    assert taken >= 2 * bits - 2  # the rounding path ran at (almost) every shift
+    assert fixed.rounding_constant(1 << (mantissa - 2), 1, bits, np.float64 if bits == 16 else np.float32) is None
+
+
 def test_exact_float_follows_the_bounds() -> None:
     x8, w8 = np.full((1, 4, 3, 3), 127), np.full((2, 4, 3, 3), -128)
     assert fixed.exact_float(x8, w8, 7, 8) is np.float32  # 127 * 128 * 9 < 2**24

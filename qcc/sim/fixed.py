@@ -18,7 +18,8 @@ of a contract (docs/backends.md, "c"; docs/nnb-runtime-semantics.md for the runt
 - Everything else is "generic": inputs dequantized to float32, computed in float32, stored by
   truncation toward zero and saturation (NaN stores 0). Softmax, Sigmoid, Tanh, LeakyRelu, Clip
   and BatchNorm spell out their float32 operation order (the runtime's); exp and tanh are the
-  float32 rounding of the double-precision function. Other ops use the reference float kernel.
+  float32 rounding of the double-precision function (Clip between fixed-point values gives those
+  values from the integers, `clip_kernel`). Other ops use the reference float kernel.
 - Where nnabla-c-runtime has quirks only reachable outside its safe shift range (wrapping
   divisors, int8 upscale overflow, in-place rescaling of an input with a finer position) this
   module computes the clean result; the nnb backend must keep models inside that range. The
@@ -60,7 +61,18 @@ def fixed_of(value: Value | None) -> FixedPoint | None:
 
 def saturate(a: np.ndarray, bits: int) -> np.ndarray:
     lo, hi = fixed_bounds(bits)
-    return np.clip(a, lo, hi)
+    a = np.asarray(a)
+    if a.size and (a.min() < lo or a.max() > hi):
+        return np.clip(a, lo, hi)
+    return a.copy()  # a new array, as np.clip's: `a` may be a kernel's input (a shift by 0 returns it)
+
+
+def clip_inplace(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """np.clip(a, lo, hi, out=a) after two reductions: numpy's clip costs 5-20x a max (its NaN
+    handling) and the values mostly are inside the range already (no NaN here)."""
+    if a.size and (a.min() < lo or a.max() > hi):
+        np.clip(a, lo, hi, out=a)
+    return a
 
 
 def wrap(a: np.ndarray, bits: int) -> np.ndarray:
@@ -109,8 +121,7 @@ def add_bias(total: np.ndarray, bias: np.ndarray, bits: int) -> np.ndarray:
     lo, hi = fixed_bounds(bits)
     if bias.size and int(bias.min()) == lo:
         return sat_add(total, bias, bits)
-    out = np.add(total, bias, dtype=np.int64)
-    return np.clip(out, lo, hi, out=out)
+    return clip_inplace(np.add(total, bias, dtype=np.int64), lo, hi)
 
 
 def sat_sub(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
@@ -132,16 +143,18 @@ def store(v: np.ndarray, fixed: FixedPoint) -> np.ndarray:
     """The runtime's setter: v * 2**frac truncated toward zero, saturated; NaN stores 0."""
     t = np.ldexp(np.asarray(v, dtype=F32), fixed.frac)
     lo, hi = fixed_bounds(fixed.bits)
-    t = np.where(np.isnan(t), F32(0), t)
-    return np.clip(np.trunc(np.clip(t, lo, hi)), lo, hi).astype(np.int64)
+    if np.isnan(t).any():
+        t = np.where(np.isnan(t), F32(0), t)
+    return clip_inplace(np.trunc(t), lo, hi).astype(np.int64)  # trunc then clip: integer bounds, same values
 
 
 def quantize_round(x: np.ndarray, fixed: FixedPoint) -> np.ndarray:
     """Round half to even and saturate (parameters and graph inputs); NaN gives 0."""
     t = np.ldexp(np.asarray(x, dtype=F32), fixed.frac)
     lo, hi = fixed_bounds(fixed.bits)
-    t = np.where(np.isnan(t), F32(0), t)
-    return np.rint(np.clip(t, lo, hi)).astype(np.int64)
+    if np.isnan(t).any():
+        t = np.where(np.isnan(t), F32(0), t)
+    return clip_inplace(np.rint(t), lo, hi).astype(np.int64)  # rint then clip: integer bounds, same values
 
 
 def exp_f32(v: np.ndarray) -> np.ndarray:
@@ -281,7 +294,7 @@ def _conv_one_channel(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: 
         np.multiply(xs, scaled[None, :, :, tap, None, None], out=term)
         acc += term
     lo, hi = fixed_bounds(bits)
-    np.clip(np.trunc(acc, out=acc), lo, hi, out=acc)
+    clip_inplace(np.trunc(acc, out=acc), lo, hi)
     return acc.reshape(batch, o, oh, ow).astype(np.int64)
 
 
@@ -293,7 +306,12 @@ def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int,
     og, pixels, k = o // group, oh * ow, kh * kw
     scaled = np.ldexp(w.astype(dtype).reshape(group, og, cg, k), -n).transpose(0, 2, 3, 1)  # G, cg, K, og
     taps = np.abs(w.reshape(group, og, cg, k)).sum(axis=3, dtype=np.int64).max(axis=1)  # G, cg: max sum of |w|
-    y: np.ndarray = np.zeros((group, batch * pixels, og), dtype=dtype)
+    magic = rounding_constant(int(np.abs(win).max(initial=0)) * int(taps.max(initial=0)), n, bits, dtype) \
+        if k == 1 else None
+    if magic is not None:  # one column more: the sign of x, times the weights' rounding offsets
+        offsets = -np.sign(w.reshape(group, og, cg)).transpose(0, 2, 1) * (0.5 - 2.0 ** -(n + 1) if n > 0 else 0.0)
+        scaled = np.concatenate([scaled, offsets.astype(dtype)[:, :, None]], axis=2)  # G, cg, 2, og
+    y: np.ndarray = np.full((group, batch * pixels, og), magic or 0, dtype=dtype)
     images = max(1, min(batch, COLUMNS // max(1, cg * pixels * k)))
     block = max(1, TILE // og)
     for g in range(group):
@@ -301,13 +319,57 @@ def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int,
         for b0 in range(0, batch, images):
             rows = win[b0:b0 + images, g * cg:(g + 1) * cg].transpose(1, 0, 2, 3, 4, 5)  # cg, n, OH, OW, KH, KW
             cols: np.ndarray = np.ascontiguousarray(rows, dtype=dtype).reshape(cg, -1, k)  # cg, rows, K
+            if magic is not None:
+                cols = np.concatenate([cols, np.sign(cols)], axis=2)  # cg, rows, 2: x and sign(x)
             first = b0 * pixels
             for r0 in range(0, cols.shape[1], block):
                 part = cols[:, r0:r0 + block]
-                reach = np.abs(part).max(axis=(1, 2)).astype(np.int64) * taps[g]  # |partial sum| bounds
+                reach = np.abs(part[:, :, :k]).max(axis=(1, 2)).astype(np.int64) * taps[g]  # |partial sum| bounds
                 steps = (reach >> n if n >= 0 else reach << -n).tolist()
-                _add_channels(y[g, first + r0:first + r0 + block], part, wg, steps, bits)
+                if magic is None:
+                    _add_channels(y[g, first + r0:first + r0 + block], part, wg, steps, bits)
+                else:
+                    _add_rounded(y[g, first + r0:first + r0 + block], part, wg, steps, bits, magic)
+    if magic is not None:
+        y -= magic
     return y.astype(np.int64).reshape(group, batch, pixels, og).transpose(1, 0, 3, 2).reshape(batch, o, oh, ow)
+
+
+def rounding_constant(partial: int, n: int, bits: int, dtype: type) -> float | None:
+    """1.5 * 2**(mantissa - 1) when a pointwise layer can truncate by rounding (None: it cannot).
+
+    Inside [2**(m-1), 2**m) a float's step is 1, so adding v to M + T (an integer total T held
+    with M added) rounds T + v to the nearest integer. A 1x1 layer's partial sum is one product
+    x * w * 2**-n whose sign is sign(x) * sign(w): shifted by -sign(x) * sign(w) * (1/2 - 2**-(n+1))
+    toward zero, rounding to nearest gives its truncation (odd multiples of 2**-(n+1): never a
+    tie). So a matmul with one more column (sign(x) against the offsets) and one add per input
+    channel do what a product, a trunc and an add did. Exact while the shifted product is a float
+    (2 * partial + 2**n below 2**m) and |T| stays below 2**(m-2)."""
+    mantissa = 24 if dtype is np.float32 else 53
+    if n > mantissa - 3 or n < -MAX_SHIFT:
+        return None
+    scaled = 2 * partial + (1 << n) if n > 0 else partial << -n
+    truncated = partial >> n if n >= 0 else partial << -n
+    if scaled >= 1 << mantissa or (1 << (bits - 1)) + 2 * truncated + 2 >= 1 << (mantissa - 2):
+        return None
+    return 1.5 * 2.0 ** (mantissa - 1)
+
+
+def _add_rounded(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list[int], bits: int,
+                 magic: float) -> None:
+    """`_add_channels` for a pointwise layer with `rounding_constant`'s total (`magic` added):
+    [x, sign(x)] @ [w * 2**-n, offsets] is each shifted product, the add to the total rounds it."""
+    lo, hi = fixed_bounds(bits)
+    part = np.empty_like(total)
+    reach, clipped, following = 0, False, _following(steps)
+    for c in range(cols.shape[0]):
+        if steps[c] == 0:  # every |product| < 2**n: truncates to 0
+            continue
+        np.matmul(cols[c], w[c], out=part)
+        total += part
+        reach += steps[c]
+        if reach > hi:
+            reach, clipped = _saturate(total, lo, hi, following[c], clipped, magic)
 
 
 def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: list[int], bits: int) -> None:
@@ -317,19 +379,47 @@ def _add_channels(total: np.ndarray, cols: np.ndarray, w: np.ndarray, steps: lis
     the range no value can saturate and the clip is skipped (it would change nothing)."""
     lo, hi = fixed_bounds(bits)
     part = np.empty_like(total)
-    reach = 0  # a bound of |total|
+    reach, clipped, following = 0, False, _following(steps)  # |total| bound, last saturation clipped
     for c in range(cols.shape[0]):
-        if cols.shape[2] == 1:
-            np.multiply(cols[c], w[c], out=part)
-        else:
-            np.matmul(cols[c], w[c], out=part)
+        if steps[c] == 0:  # every |partial sum| < 2**n: truncates to 0 (adding -0.0 changes nothing)
+            continue
+        np.matmul(cols[c], w[c], out=part)  # a BLAS outer product for one tap: 7x numpy's broadcast multiply
         np.trunc(part, out=part)
         total += part
         reach += steps[c]
         if reach > hi:  # may have left the range: saturate now, as the runtime does at this step
-            np.clip(total, lo, hi, out=total)
-            following = steps[c + 1] if c + 1 < len(steps) else hi
-            reach = int(max(total.max(), -total.min())) if following < hi else -lo
+            reach, clipped = _saturate(total, lo, hi, following[c], clipped)
+
+
+def _following(steps: list[int]) -> list[int]:
+    """Per channel, the bound of the next channel that adds something (0: none left)."""
+    following, last = [0] * len(steps), 0
+    for c in range(len(steps) - 1, -1, -1):
+        following[c] = last
+        last = steps[c] or last
+    return following
+
+
+def _saturate(total: np.ndarray, lo: int, hi: int, following: int, clipped: bool,
+              origin: float = 0.0) -> tuple[int, bool]:
+    """Clip `total - origin` to [lo, hi] in place: (a bound of |total - origin| afterwards,
+    whether values were out of range).
+
+    numpy's clip costs 5-20x a max here (its NaN handling): where the last saturation found
+    values out of range (a layer whose total sits at the bounds) clip at once, as the runtime
+    does, and take the range as the bound unless the next channel adds less than it; elsewhere
+    check with two reductions first, and clip only what left the range."""
+    if clipped:
+        np.clip(total, origin + lo, origin + hi, out=total)
+        if following >= hi:
+            return -lo, True
+        top, bottom = float(total.max()) - origin, float(total.min()) - origin
+        return int(max(top, -bottom)), top >= hi or bottom <= lo
+    top, bottom = float(total.max()) - origin, float(total.min()) - origin
+    out = top > hi or bottom < lo
+    if out:
+        np.clip(total, origin + lo, origin + hi, out=total)
+    return int(max(min(top, hi), -max(bottom, lo))), out
 
 
 def _conv_int64(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int) -> np.ndarray:
@@ -522,6 +612,27 @@ def clip_f32(node: Node, v: np.ndarray) -> np.ndarray:
     return v
 
 
+def clip_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+    """`clip_f32` computed on the integers when input and output are fixed point (ReLU6 after
+    every mobilenet convolution): the same values without the float32 round trip.
+
+    The getter's v = q * 2**-fx is exact and the setter (`store`: scale by a power of two,
+    truncate, saturate) is nondecreasing, so store(clamp(v, lo, hi)) = clamp(store(v), store(lo),
+    store(hi)), with store(v) = q shifted by fx - fy and saturated. Crossed bounds (lo > hi) give
+    hi everywhere, as the runtime's two selects do."""
+    fx, fy = fixed_of(node.inputs[0]), fixed_of(node.outputs[0])
+    if fx is None or fy is None or max(abs(fx.frac), abs(fy.frac)) > 100 or abs(fx.frac - fy.frac) > MAX_SHIFT:
+        return clip_f32(node, args)
+    q = np.asarray(args[0], dtype=np.int64)
+    lo, hi = node.attrs["min"], node.attrs["max"]
+    bottom, top = fixed_bounds(fy.bits)
+    stored_lo = bottom if lo is None else int(store(np.array([F32(lo)]), fy)[0])
+    stored_hi = top if hi is None else int(store(np.array([F32(hi)]), fy)[0])
+    if lo is not None and hi is not None and F32(lo) > F32(hi):
+        return [np.full(q.shape, stored_hi, dtype=np.int64)]
+    return [np.clip(saturate(shift(q, fx.frac - fy.frac), fy.bits), stored_lo, stored_hi)]
+
+
 def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     """The runtime's generic Softmax, including its read-back of the stored exponentials."""
     x = getter(node.inputs[0], args[0])
@@ -586,7 +697,7 @@ def store_f32(node: Node, v: np.ndarray) -> np.ndarray:
 
 
 PRECISE_GENERIC: dict[str, NodeKernel] = {
-    "Sigmoid": sigmoid_f32, "Tanh": tanh_generic, "LeakyRelu": leaky_f32, "Clip": clip_f32,
+    "Sigmoid": sigmoid_f32, "Tanh": tanh_generic, "LeakyRelu": leaky_f32, "Clip": clip_kernel,
     "Softmax": softmax_kernel, "BatchNorm": batchnorm_kernel, "Concat": concat_kernel, "Quantize": store_f32,
     "LRN": lrn_f32,
 }

@@ -16,7 +16,9 @@ in float: ORT's int8 kernels saturate on AVX2 without VNNI, docs/quantization.md
 columns for fixed point run the written .nnb decoded back (backends/nnb/lift.py) and the
 gcc-built C program (target c), both compared bit for bit with qcc's simulator. Compile times:
 in-process `qcc.compile` wall time, best of 3, the old-default row measured in the same run; the
-compile-time section also gives CPU time (this process, or the `qcc compile` child, all threads).
+compile-time section also gives CPU time (this process, or the `qcc compile` child, all threads);
+`--anchor PY` adds `qcc compile` of another checkout (e.g. main 5008265, before issue 18) with its
+own defaults, timed in the same interleaved rounds.
 Results go to docs/benchmarks.md, section "Post-training quantization".
 """
 

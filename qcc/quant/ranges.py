@@ -303,13 +303,13 @@ _STEPS = np.arange(1, _LINEAR + 1)
 
 
 def _screening_points(extreme: float) -> np.ndarray:
-    """_grid_points's values before np.unique sorts them and drops repeats (the same products)."""
+    """The search grid's thresholds in any order, repeats kept (screening reads only the least error)."""
     return np.concatenate([extreme * _GEOMETRIC, extreme * _STEPS / _LINEAR])
 
 
 def _grid_points(extreme: float) -> np.ndarray:
-    return np.unique(np.concatenate([extreme * np.exp2(-np.linspace(0.0, _OCTAVES, _COARSE)),
-                                     extreme * np.arange(1, _LINEAR + 1) / _LINEAR]))
+    """The search grid's thresholds, sorted, without repeats."""
+    return np.unique(np.concatenate([extreme * _GEOMETRIC, extreme * _STEPS / _LINEAR]))
 
 
 def _mse_search(stats: TensorStats, dtype: str, symmetric: bool,

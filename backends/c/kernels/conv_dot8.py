@@ -120,7 +120,17 @@ def _pack(ks: KernelSet, x: CType) -> str:
     def interleave(src: str) -> str:
         return "".join(f"dst[q * 4 + {t}] = (uint8_t)((int32_t){src.format(t=t)} + {off});\n" for t in range(4))
 
+    off_byte = (-x.lo) & 0xFF
+    off_byte = off_byte - 256 if off_byte > 127 else off_byte  # x - lo in uint8 is x + off_byte, wrapping
     return ks.kernel(name, lambda: f"""
+#ifndef QCC_BW_ROWS /* the row tiles' panels by AVX-512BW masked loads (no fault past the mask) */
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && !defined(QCC_NO_INTRINSICS)
+#define QCC_BW_ROWS 1
+#include <immintrin.h>
+#else
+#define QCC_BW_ROWS 0
+#endif
+#endif
 /* panel[(k - k0) / 4][q][k % 4] = x - lo at tap k (k0 <= k < k0 + kc, k = (ky * kw + kx) * cg4 + input
    channel; k0 and kc multiples of 4) of the tile's output position q (< 16; iy0/ix0: its window's
    corner, far outside for positions past the map): zx - lo outside the input, and for the channels
@@ -138,6 +148,11 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
     int32_t mask[16];
     long k = k0;
     int q;
+#if QCC_BW_ROWS
+    const __m128i zv = _mm_set1_epi8((char)zx);
+    const __m128i ov = _mm_set1_epi8((char){off_byte});
+    __mmask16 keep;
+#endif
     while (k < k0 + kc) {{
         const int tap = (int)(k / cg4);
         const int dy = tap / p->kw * p->dh;
@@ -163,6 +178,9 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
                 mask[q] = inside ? -1 : 0;
             }}
         }}
+#if QCC_BW_ROWS
+        keep = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+#endif
         for (ic = (int)(k % cg4); ic < end; ic += 4, dst += 64) {{
             if (row && lo == 0 && hi == 16 && ic + 4 <= cg) {{
                 const {x.name} *restrict x0 = x + (long)ic * hw + base;
@@ -173,6 +191,24 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
 {_indent(interleave("x{t}[q]"), 20)}                }}
                 continue;
             }}
+#if QCC_BW_ROWS
+            if (row) {{ /* clipped runs, channels past cg: masked loads (zx outside), interleaved by unpacks */
+                const {x.name} *restrict xb = x + (long)ic * hw + base;
+                const __m128i r0 = keep ? _mm_mask_loadu_epi8(zv, keep, (const void *)xb) : zv;
+                const __m128i r1 = keep && ic + 1 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + hw)) : zv;
+                const __m128i r2 = keep && ic + 2 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 2 * hw)) : zv;
+                const __m128i r3 = keep && ic + 3 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 3 * hw)) : zv;
+                const __m128i a = _mm_add_epi8(r0, ov), b = _mm_add_epi8(r1, ov);
+                const __m128i c = _mm_add_epi8(r2, ov), d = _mm_add_epi8(r3, ov);
+                const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+                const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+                _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(ab0, cd0));
+                _mm_storeu_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+                _mm_storeu_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+                _mm_storeu_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+                continue;
+            }}
+#endif
             for (t = 0; t < 4; ++t) {{
                 const {x.name} *restrict xc = x + (long)(ic + t < cg ? ic + t : 0) * hw;
                 if (row) {{
@@ -270,7 +306,31 @@ def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
+
+    def store(dst: str, whole: str) -> str:
+        """16 consecutive outputs as one fixed-length loop (a narrowing vector store) when `whole`
+        holds; the outputs one at a time otherwise, and always after `post` statements (a lookup)."""
+        if ep.post:
+            return ""
+        return (f"if ({whole}) {{\n    {y.name} *restrict yr = {dst};\n#if QCC_NARROW16\n"
+                "    _mm_storeu_si128((__m128i *)(void *)yr, _mm512_cvtepi32_epi8(_mm512_loadu_si512((const void *)out)));\n"
+                f"#else\n    QCC_VECTOR_LOOP\n    for (q = 0; q < 16; ++q) {{\n        yr[q] = ({y.name})out[q];\n    }}\n"
+                "#endif\n}\n")
+
+    # the plane path's tile stores 16 consecutive outputs when none of its positions is a padding column
+    contiguous = "" if ep.post else ("int run = at[0] >= 0;\nfor (q = 1; q < 16; ++q) {\n"
+                                     "    run &= at[q] == at[0] + q;\n}\n")
+
     return ks.kernel(name, lambda: f"""
+#ifndef QCC_NARROW16 /* 16 requantized int32 values stored as bytes by one vpmovdb (GCC 12's own code for
+                        the narrowing loop is a chain of extracts and permutes) */
+#if defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS)
+#define QCC_NARROW16 1
+#include <immintrin.h>
+#else
+#define QCC_NARROW16 0
+#endif
+#endif
 #ifndef QCC_K4
 #define QCC_K4 512 /* taps per dot8 panel (a multiple of 4; the panel is 16 x QCC_K4 bytes) */
 #endif
@@ -337,6 +397,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             const int ox = (int)(p0 + q - (long)oy * pw_);
                             at[q] = oy < p->oh && ox < p->ow ? oy * p->ow + ox : -1;
                         }}
+{_indent(contiguous, 24)}
                         for (j = 0; j < (long)(nb + 15) / 16 * 256; ++j) {{
                             part[j] = 0;
                         }}
@@ -356,7 +417,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                                 const int32_t v = part[o * 16 + q];
 {_indent(ep.element, 32)}                                out[q] = r;
                             }}
-                            for (q = 0; q < 16; ++q) {{
+{_indent(store("yo + at[0]", "run"), 28)}                            for (q = 0; q < 16{"" if ep.post else " && !run"}; ++q) {{
                                 if (at[q] >= 0) {{
                                     int32_t r = out[q];
 {_indent(ep.post, 36)}                                    yo[at[q]] = ({y.name})r;
@@ -396,7 +457,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             const int32_t v = part[o * 16 + q];
 {_indent(ep.element, 28)}                            out[q] = r;
                         }}
-                        for (q = 0; q < pn; ++q) {{
+{_indent(store("yo", "pn == 16"), 24)}                        for (q = 0; q < pn{"" if ep.post else " && pn < 16"}; ++q) {{
                             int32_t r = out[q];
 {_indent(ep.post, 28)}                            yo[q] = ({y.name})r;
                         }}

@@ -63,6 +63,38 @@ def narrow_requant(ep: Epilogue) -> Epilogue:
     return attrs.evolve(ep, element=element, helpers=(*helpers, "requant32"))
 
 
+def _requant16(ep: Epilogue, y: CType) -> str:
+    """The epilogue of 16 sums as AVX-512 intrinsics (under QCC_NARROW16) for channels whose shift is
+    at least 32, else nothing: `qcc_requant32` (and a fused clamp) on the vector. rshift(t m, s) is
+    floor((t m + 2^62 + 2^(s-1) - [t m < 0]) / 2^s) - 2^(62-s) (the dividend nonnegative, below 2^64;
+    a product of 0 adds the same floor either way), two signed 32 x 32 -> 64-bit products per pair of
+    lanes (vpmuldq); with s >= 32 the result is below 2^30 in magnitude, so the low 32 bits of each
+    quotient, less 2^(62-s), plus zy, are the int32 value qcc_requant32 saturates: the same bits.
+    GCC's own vectorization of qcc_requant32 (64-bit compares, blends and permutes) was the largest
+    part of resnet23's epilogues."""
+    if ep.post or ep.suffix not in ("", "_c") or not ep.element.startswith("int32_t r = qcc_requant32(v + bo, mo, so,"):
+        return ""
+    clamp = ("    rv = _mm512_min_epi32(_mm512_max_epi32(rv, _mm512_set1_epi32(clo)), _mm512_set1_epi32(chi));\n"
+             if ep.suffix == "_c" else "")
+    return f"""#if QCC_NARROW16
+if (so >= 32) {{
+    const __m512i tv = _mm512_add_epi32(_mm512_loadu_si512((const void *)(part + o * 16)), _mm512_set1_epi32(bo));
+    const __m512i mv = _mm512_set1_epi32(mo);
+    const __m512i cv = _mm512_set1_epi64((long long)(((uint64_t)1 << 62) + ((uint64_t)1 << (so - 1))));
+    const __m128i sv = _mm_cvtsi32_si128(so);
+    const __m512i pe = _mm512_mul_epi32(tv, mv);
+    const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(tv, 32), mv);
+    const __m512i ue = _mm512_srl_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, cv), _mm512_srai_epi64(pe, 63)), sv);
+    const __m512i uo = _mm512_srl_epi64(_mm512_add_epi64(_mm512_add_epi64(po, cv), _mm512_srai_epi64(po, 63)), sv);
+    __m512i rv = _mm512_mask_blend_epi32((__mmask16)0xAAAA, ue, _mm512_slli_epi64(uo, 32));
+    rv = _mm512_add_epi32(rv, _mm512_set1_epi32(zy - (1 << (62 - so))));
+    rv = _mm512_min_epi32(_mm512_max_epi32(rv, _mm512_set1_epi32({y.lo})), _mm512_set1_epi32({y.hi}));
+{clamp}    _mm512_storeu_si512((void *)out, rv);
+}} else
+#endif
+"""
+
+
 def _micro(ks: KernelSet) -> str:
     name = "qcc_dot4_u8_i8"
     accs = range(LANES)
@@ -317,6 +349,7 @@ def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
                 f"#else\n    QCC_VECTOR_LOOP\n    for (q = 0; q < 16; ++q) {{\n        yr[q] = ({y.name})out[q];\n    }}\n"
                 "#endif\n}\n")
 
+    requant16 = _requant16(ep, y)
     # the plane path's tile stores 16 consecutive outputs when none of its positions is a padding column
     contiguous = "" if ep.post else ("int run = at[0] >= 0;\nfor (q = 1; q < 16; ++q) {\n"
                                      "    run &= at[q] == at[0] + q;\n}\n")
@@ -412,10 +445,12 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             const int oc = g * og + ob0 + o;
                             {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix;
                             int32_t out[16];
-{_indent(ep.channel, 28)}                            QCC_VECTOR_LOOP
-                            for (q = 0; q < 16; ++q) {{
-                                const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 32)}                                out[q] = r;
+{_indent(ep.channel, 28)}{_indent(requant16, 28)}                            {{
+                                QCC_VECTOR_LOOP
+                                for (q = 0; q < 16; ++q) {{
+                                    const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 36)}                                    out[q] = r;
+                                }}
                             }}
 {_indent(store("yo + at[0]", "run"), 28)}                            for (q = 0; q < 16{"" if ep.post else " && !run"}; ++q) {{
                                 if (at[q] >= 0) {{
@@ -452,10 +487,12 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
                         int32_t out[16];
-{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
-                        for (q = 0; q < 16; ++q) {{
-                            const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 28)}                            out[q] = r;
+{_indent(ep.channel, 24)}{_indent(requant16, 24)}                        {{
+                            QCC_VECTOR_LOOP
+                            for (q = 0; q < 16; ++q) {{
+                                const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 32)}                                out[q] = r;
+                            }}
                         }}
 {_indent(store("yo", "pn == 16"), 24)}                        for (q = 0; q < pn{"" if ep.post else " && pn < 16"}; ++q) {{
                             int32_t r = out[q];

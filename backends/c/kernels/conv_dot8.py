@@ -155,10 +155,22 @@ def _pack(ks: KernelSet, x: CType) -> str:
     off_byte = (-x.lo) & 0xFF
     off_byte = off_byte - 256 if off_byte > 127 else off_byte  # x - lo in uint8 is x + off_byte, wrapping
     return ks.kernel(name, lambda: f"""
-#ifndef QCC_BW_ROWS /* the row tiles' panels by AVX-512BW masked loads (no fault past the mask) */
+#ifndef QCC_BW_ROWS /* stride-1 tiles' panels by AVX-512BW masked loads (no fault past the mask) */
 #if defined(__AVX512BW__) && defined(__AVX512VL__) && !defined(QCC_NO_INTRINSICS)
 #define QCC_BW_ROWS 1
 #include <immintrin.h>
+/* dst[q * 4 + t] = rt[q] + ov (x - lo), q < 16: two rounds of byte / word unpacks */
+static void qcc_interleave4(uint8_t *restrict dst, __m128i r0, __m128i r1, __m128i r2, __m128i r3, __m128i ov)
+{{
+    const __m128i a = _mm_add_epi8(r0, ov), b = _mm_add_epi8(r1, ov);
+    const __m128i c = _mm_add_epi8(r2, ov), d = _mm_add_epi8(r3, ov);
+    const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+    const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+}}
 #else
 #define QCC_BW_ROWS 0
 #endif
@@ -181,9 +193,22 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
     long k = k0;
     int q;
 #if QCC_BW_ROWS
+    /* stride 1 along x: the tile's positions fall into runs of consecutive output columns of one row
+       (two or three where the tile crosses rows), each tap's inputs for a run one contiguous stretch:
+       per channel one masked load per run, merged into one vector (zx where no run reads) */
     const __m128i zv = _mm_set1_epi8((char)zx);
     const __m128i ov = _mm_set1_epi8((char){off_byte});
-    __mmask16 keep;
+    int nr = 0, r, ra[16], rb[16];
+    __mmask16 keep, rk[16];
+    long rbase[16];
+    if (p->sw == 1 && !row) {{
+        for (q = 0; q < 16 && iy0[q] != -(1 << 29); ++q) {{
+            if (q == 0 || iy0[q] != iy0[q - 1] || ix0[q] != ix0[q - 1] + 1) {{
+                ra[nr++] = q;
+            }}
+            rb[nr - 1] = q + 1;
+        }}
+    }}
 #endif
     while (k < k0 + kc) {{
         const int tap = (int)(k / cg4);
@@ -212,6 +237,14 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
         }}
 #if QCC_BW_ROWS
         keep = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        for (r = 0; r < nr; ++r) {{ /* run r: lanes ra..rb-1 read base + lane, those inside the input */
+            const int iy = iy0[ra[r]] + dy;
+            const int ix = ix0[ra[r]] + dx;
+            const int a = ix >= 0 ? ra[r] : ra[r] - ix;
+            const int b = p->w - ix < rb[r] - ra[r] ? ra[r] + p->w - ix : rb[r];
+            rk[r] = iy >= 0 && iy < p->h && b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
+            rbase[r] = (long)iy * p->w + ix - ra[r];
+        }}
 #endif
         for (ic = (int)(k % cg4); ic < end; ic += 4, dst += 64) {{
             if (row && lo == 0 && hi == 16 && ic + 4 <= cg) {{
@@ -230,14 +263,21 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
                 const __m128i r1 = keep && ic + 1 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + hw)) : zv;
                 const __m128i r2 = keep && ic + 2 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 2 * hw)) : zv;
                 const __m128i r3 = keep && ic + 3 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 3 * hw)) : zv;
-                const __m128i a = _mm_add_epi8(r0, ov), b = _mm_add_epi8(r1, ov);
-                const __m128i c = _mm_add_epi8(r2, ov), d = _mm_add_epi8(r3, ov);
-                const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
-                const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
-                _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(ab0, cd0));
-                _mm_storeu_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
-                _mm_storeu_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
-                _mm_storeu_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+                qcc_interleave4(dst, r0, r1, r2, r3, ov);
+                continue;
+            }}
+            if (nr > 0) {{ /* tiles crossing rows: one masked load per run, merged */
+                const {x.name} *restrict xb = x + (long)ic * hw;
+                __m128i r0 = zv, r1 = zv, r2 = zv, r3 = zv;
+                for (r = 0; r < nr; ++r) {{
+                    if (rk[r]) {{
+                        r0 = _mm_mask_loadu_epi8(r0, rk[r], (const void *)(xb + rbase[r]));
+                        r1 = ic + 1 < cg ? _mm_mask_loadu_epi8(r1, rk[r], (const void *)(xb + hw + rbase[r])) : r1;
+                        r2 = ic + 2 < cg ? _mm_mask_loadu_epi8(r2, rk[r], (const void *)(xb + 2 * hw + rbase[r])) : r2;
+                        r3 = ic + 3 < cg ? _mm_mask_loadu_epi8(r3, rk[r], (const void *)(xb + 3 * hw + rbase[r])) : r3;
+                    }}
+                }}
+                qcc_interleave4(dst, r0, r1, r2, r3, ov);
                 continue;
             }}
 #endif

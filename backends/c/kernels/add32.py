@@ -36,7 +36,7 @@ SPLIT = 16
 
 @attrs.frozen
 class Add32:
-    """The constants of the 32-bit form (see the module docstring); `ob` is lo_b for Add, hi_b for Sub."""
+    """The constants of the 32-bit form (see the module docstring), in the order the kernel takes them."""
 
     k: int
     sk: int

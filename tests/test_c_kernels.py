@@ -581,3 +581,73 @@ def test_small_map_plane_paths_give_the_row_paths_bits(tmp_path: Path, mode: str
             assert PLANE_OFF[mode][4:-2] in text and (fixed or "qcc_pack4p(" in text)
         got = run_c(exe, x, out_size(model))
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), name
+
+
+def test_add32_form_is_the_simulators_integer_in_wrapping_uint32() -> None:
+    """kernels/add32.py's bounds: its statements run in numpy uint32 (wrapping, as C's would if a bound
+    were wrong) on every stored pair give ai.rshift of the 64-bit sum, for random multipliers, zero
+    points, shifts and both types; and the form is taken for the usual shifts (the test can fail)."""
+    from qcc.backends.c.ctype import CType
+    from qcc.backends.c.kernels.add32 import add32_params
+
+    from qcc.ir.types import Affine
+    from qcc.sim import affine_int as ai
+
+    rng = np.random.default_rng(5)
+    taken = 0
+    for trial in range(300):
+        op = ("Add", "Sub")[trial % 2]
+        ta, tb = (CType(affine=Affine((1.0,), (0,), d)) for d in rng.choice(["int8", "uint8"], 2))
+        za, zb = int(rng.integers(ta.lo, ta.hi + 1)), int(rng.integers(tb.lo, tb.hi + 1))
+        s = int(rng.integers(0, 63)) if trial % 10 == 0 else int(rng.integers(14, 40))
+        ma = int(rng.integers(1 << 30, 1 << 31)) if trial % 3 else int(rng.integers(0, 1 << 31))
+        mb = int(rng.integers(0, ma + 1))
+        if trial % 4 == 3:
+            ma, mb = mb, ma
+        zy = int(rng.integers(-128, 256))
+        p = add32_params(op, ta, tb, za, zb, ma, mb, s, zy)
+        if p is None:
+            continue
+        taken += 1
+        qa = np.arange(ta.lo, ta.hi + 1, dtype=np.int64)[:, None]
+        qb = np.arange(tb.lo, tb.hi + 1, dtype=np.int64)[None, :]
+        u32 = np.uint32
+        ua = (qa - ta.lo).astype(u32)
+        ub = ((qb - tb.lo) if op == "Add" else (tb.hi - qb)).astype(u32)
+        with np.errstate(over="ignore"):
+            pl = ua * u32(p.mal) + ub * u32(p.mbl) + u32(p.cl)
+            e = ua * u32(p.mah) + ub * u32(p.mbh) + u32(p.ch) + (pl >> u32(p.k))
+            fix = ((e < u32(p.theta)) & ((pl & u32((1 << p.k) - 1)) == 0)).astype(u32)
+            r = ((e - fix) >> u32(p.sk)).astype(np.int64) + p.zb
+        sign = 1 if op == "Add" else -1
+        want = zy + ai.rshift((qa - za) * ma + sign * ((qb - zb) * mb), s)
+        assert np.array_equal(r, want), (op, za, zb, ma, mb, s, zy)
+    assert taken > 200
+
+
+@pytest.mark.parametrize("flags", ["native", "tiny-sanitized"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_residual_adds_requantize_in_32_bits(tmp_path: Path, dtype: str, flags: str) -> None:
+    """Affine Add -> Relu (the clamp fused into the Add), Sub, and an Add broadcast per channel on the
+    32-bit form; the simulator's bits."""
+    rng = np.random.default_rng(31)
+    g = Graph("res")
+    x = g.add_input("x", TensorType("float32", ("N", 4, 6, 7)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    c = g.add("Conv", x, const("w", 4, 4, 3, 3), const("b", 4), name="c", pads=[1, 1, 1, 1])
+    r = g.add("Relu", g.add("Add", c, x, name="add"), name="r")
+    d = g.add("Sub", x, r, name="sub")
+    e = g.add("Add", d, g.add_constant("k", rng.uniform(-2, 2, (1, 4, 1, 1)).astype(np.float32)), name="bc")
+    g.outputs = [r, e]
+    model = affine(Model(g), {"x": rng.standard_normal((8, 4, 6, 7)).astype(np.float32) * 2}, dtype)
+    exe = build(model, tmp_path / "r", FLAGS[flags], "dot8")
+    text = (tmp_path / "r" / "r.c").read_text()
+    assert text.count("qcc_add32_") >= 3 and "qcc_sub32_" in text and "qcc_add_" not in text
+    assert "qcc_clamp_" not in text and "qcc_table_" not in text  # the Relu is the Add's saturation
+    x_in = rng.standard_normal((5, 4, 6, 7)).astype(np.float32) * 2.5
+    got = run_c(exe, x_in, out_size(model))
+    want = flat_outputs(model, run_affine_int(model, {"x": x_in}), len(x_in))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -63,6 +63,38 @@ def narrow_requant(ep: Epilogue) -> Epilogue:
     return attrs.evolve(ep, element=element, helpers=(*helpers, "requant32"))
 
 
+def _requant16(ep: Epilogue, y: CType) -> str:
+    """The epilogue of 16 sums as AVX-512 intrinsics (under QCC_NARROW16) for channels whose shift is
+    at least 32, else nothing: `qcc_requant32` (and a fused clamp) on the vector. rshift(t m, s) is
+    floor((t m + 2^62 + 2^(s-1) - [t m < 0]) / 2^s) - 2^(62-s) (the dividend nonnegative, below 2^64;
+    a product of 0 adds the same floor either way), two signed 32 x 32 -> 64-bit products per pair of
+    lanes (vpmuldq); with s >= 32 the result is below 2^30 in magnitude, so the low 32 bits of each
+    quotient, less 2^(62-s), plus zy, are the int32 value qcc_requant32 saturates: the same bits.
+    GCC's own vectorization of qcc_requant32 (64-bit compares, blends and permutes) was the largest
+    part of resnet23's epilogues."""
+    if ep.post or ep.suffix not in ("", "_c") or not ep.element.startswith("int32_t r = qcc_requant32(v + bo, mo, so,"):
+        return ""
+    clamp = ("    rv = _mm512_min_epi32(_mm512_max_epi32(rv, _mm512_set1_epi32(clo)), _mm512_set1_epi32(chi));\n"
+             if ep.suffix == "_c" else "")
+    return f"""#if QCC_NARROW16
+if (so >= 32) {{
+    const __m512i tv = _mm512_add_epi32(_mm512_loadu_si512((const void *)(part + o * 16)), _mm512_set1_epi32(bo));
+    const __m512i mv = _mm512_set1_epi32(mo);
+    const __m512i cv = _mm512_set1_epi64((long long)(((uint64_t)1 << 62) + ((uint64_t)1 << (so - 1))));
+    const __m128i sv = _mm_cvtsi32_si128(so);
+    const __m512i pe = _mm512_mul_epi32(tv, mv);
+    const __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(tv, 32), mv);
+    const __m512i ue = _mm512_srl_epi64(_mm512_add_epi64(_mm512_add_epi64(pe, cv), _mm512_srai_epi64(pe, 63)), sv);
+    const __m512i uo = _mm512_srl_epi64(_mm512_add_epi64(_mm512_add_epi64(po, cv), _mm512_srai_epi64(po, 63)), sv);
+    __m512i rv = _mm512_mask_blend_epi32((__mmask16)0xAAAA, ue, _mm512_slli_epi64(uo, 32));
+    rv = _mm512_add_epi32(rv, _mm512_set1_epi32(zy - (1 << (62 - so))));
+    rv = _mm512_min_epi32(_mm512_max_epi32(rv, _mm512_set1_epi32({y.lo})), _mm512_set1_epi32({y.hi}));
+{clamp}    _mm512_storeu_si512((void *)out, rv);
+}} else
+#endif
+"""
+
+
 def _micro(ks: KernelSet) -> str:
     name = "qcc_dot4_u8_i8"
     accs = range(LANES)
@@ -120,7 +152,29 @@ def _pack(ks: KernelSet, x: CType) -> str:
     def interleave(src: str) -> str:
         return "".join(f"dst[q * 4 + {t}] = (uint8_t)((int32_t){src.format(t=t)} + {off});\n" for t in range(4))
 
+    off_byte = (-x.lo) & 0xFF
+    off_byte = off_byte - 256 if off_byte > 127 else off_byte  # x - lo in uint8 is x + off_byte, wrapping
     return ks.kernel(name, lambda: f"""
+#ifndef QCC_BW_ROWS /* stride-1 tiles' panels by AVX-512BW masked loads (no fault past the mask) */
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && !defined(QCC_NO_INTRINSICS)
+#define QCC_BW_ROWS 1
+#include <immintrin.h>
+/* dst[q * 4 + t] = rt[q] + ov (x - lo), q < 16: two rounds of byte / word unpacks */
+static void qcc_interleave4(uint8_t *restrict dst, __m128i r0, __m128i r1, __m128i r2, __m128i r3, __m128i ov)
+{{
+    const __m128i a = _mm_add_epi8(r0, ov), b = _mm_add_epi8(r1, ov);
+    const __m128i c = _mm_add_epi8(r2, ov), d = _mm_add_epi8(r3, ov);
+    const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+    const __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm_unpacklo_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 16), _mm_unpackhi_epi16(ab0, cd0));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 32), _mm_unpacklo_epi16(ab1, cd1));
+    _mm_storeu_si128((__m128i *)(void *)(dst + 48), _mm_unpackhi_epi16(ab1, cd1));
+}}
+#else
+#define QCC_BW_ROWS 0
+#endif
+#endif
 /* panel[(k - k0) / 4][q][k % 4] = x - lo at tap k (k0 <= k < k0 + kc, k = (ky * kw + kx) * cg4 + input
    channel; k0 and kc multiples of 4) of the tile's output position q (< 16; iy0/ix0: its window's
    corner, far outside for positions past the map): zx - lo outside the input, and for the channels
@@ -138,6 +192,24 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
     int32_t mask[16];
     long k = k0;
     int q;
+#if QCC_BW_ROWS
+    /* stride 1 along x: the tile's positions fall into runs of consecutive output columns of one row
+       (two or three where the tile crosses rows), each tap's inputs for a run one contiguous stretch:
+       per channel one masked load per run, merged into one vector (zx where no run reads) */
+    const __m128i zv = _mm_set1_epi8((char)zx);
+    const __m128i ov = _mm_set1_epi8((char){off_byte});
+    int nr = 0, r, ra[16], rb[16];
+    __mmask16 keep, rk[16];
+    long rbase[16];
+    if (p->sw == 1 && !row) {{
+        for (q = 0; q < 16 && iy0[q] != -(1 << 29); ++q) {{
+            if (q == 0 || iy0[q] != iy0[q - 1] || ix0[q] != ix0[q - 1] + 1) {{
+                ra[nr++] = q;
+            }}
+            rb[nr - 1] = q + 1;
+        }}
+    }}
+#endif
     while (k < k0 + kc) {{
         const int tap = (int)(k / cg4);
         const int dy = tap / p->kw * p->dh;
@@ -163,6 +235,17 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
                 mask[q] = inside ? -1 : 0;
             }}
         }}
+#if QCC_BW_ROWS
+        keep = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        for (r = 0; r < nr; ++r) {{ /* run r: lanes ra..rb-1 read base + lane, those inside the input */
+            const int iy = iy0[ra[r]] + dy;
+            const int ix = ix0[ra[r]] + dx;
+            const int a = ix >= 0 ? ra[r] : ra[r] - ix;
+            const int b = p->w - ix < rb[r] - ra[r] ? ra[r] + p->w - ix : rb[r];
+            rk[r] = iy >= 0 && iy < p->h && b > a ? (__mmask16)(((1u << b) - 1u) & ~((1u << a) - 1u)) : 0;
+            rbase[r] = (long)iy * p->w + ix - ra[r];
+        }}
+#endif
         for (ic = (int)(k % cg4); ic < end; ic += 4, dst += 64) {{
             if (row && lo == 0 && hi == 16 && ic + 4 <= cg) {{
                 const {x.name} *restrict x0 = x + (long)ic * hw + base;
@@ -173,6 +256,31 @@ static void {name}(const {x.name} *restrict x, uint8_t *restrict panel, const qc
 {_indent(interleave("x{t}[q]"), 20)}                }}
                 continue;
             }}
+#if QCC_BW_ROWS
+            if (row) {{ /* clipped runs, channels past cg: masked loads (zx outside), interleaved by unpacks */
+                const {x.name} *restrict xb = x + (long)ic * hw + base;
+                const __m128i r0 = keep ? _mm_mask_loadu_epi8(zv, keep, (const void *)xb) : zv;
+                const __m128i r1 = keep && ic + 1 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + hw)) : zv;
+                const __m128i r2 = keep && ic + 2 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 2 * hw)) : zv;
+                const __m128i r3 = keep && ic + 3 < cg ? _mm_mask_loadu_epi8(zv, keep, (const void *)(xb + 3 * hw)) : zv;
+                qcc_interleave4(dst, r0, r1, r2, r3, ov);
+                continue;
+            }}
+            if (nr > 0) {{ /* tiles crossing rows: one masked load per run, merged */
+                const {x.name} *restrict xb = x + (long)ic * hw;
+                __m128i r0 = zv, r1 = zv, r2 = zv, r3 = zv;
+                for (r = 0; r < nr; ++r) {{
+                    if (rk[r]) {{
+                        r0 = _mm_mask_loadu_epi8(r0, rk[r], (const void *)(xb + rbase[r]));
+                        r1 = ic + 1 < cg ? _mm_mask_loadu_epi8(r1, rk[r], (const void *)(xb + hw + rbase[r])) : r1;
+                        r2 = ic + 2 < cg ? _mm_mask_loadu_epi8(r2, rk[r], (const void *)(xb + 2 * hw + rbase[r])) : r2;
+                        r3 = ic + 3 < cg ? _mm_mask_loadu_epi8(r3, rk[r], (const void *)(xb + 3 * hw + rbase[r])) : r3;
+                    }}
+                }}
+                qcc_interleave4(dst, r0, r1, r2, r3, ov);
+                continue;
+            }}
+#endif
             for (t = 0; t < 4; ++t) {{
                 const {x.name} *restrict xc = x + (long)(ic + t < cg ? ic + t : 0) * hw;
                 if (row) {{
@@ -270,7 +378,32 @@ def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
+
+    def store(dst: str, whole: str) -> str:
+        """16 consecutive outputs as one fixed-length loop (a narrowing vector store) when `whole`
+        holds; the outputs one at a time otherwise, and always after `post` statements (a lookup)."""
+        if ep.post:
+            return ""
+        return (f"if ({whole}) {{\n    {y.name} *restrict yr = {dst};\n#if QCC_NARROW16\n"
+                "    _mm_storeu_si128((__m128i *)(void *)yr, _mm512_cvtepi32_epi8(_mm512_loadu_si512((const void *)out)));\n"
+                f"#else\n    QCC_VECTOR_LOOP\n    for (q = 0; q < 16; ++q) {{\n        yr[q] = ({y.name})out[q];\n    }}\n"
+                "#endif\n}\n")
+
+    requant16 = _requant16(ep, y)
+    # the plane path's tile stores 16 consecutive outputs when none of its positions is a padding column
+    contiguous = "" if ep.post else ("int run = at[0] >= 0;\nfor (q = 1; q < 16; ++q) {\n"
+                                     "    run &= at[q] == at[0] + q;\n}\n")
+
     return ks.kernel(name, lambda: f"""
+#ifndef QCC_NARROW16 /* 16 requantized int32 values stored as bytes by one vpmovdb (GCC 12's own code for
+                        the narrowing loop is a chain of extracts and permutes) */
+#if defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS)
+#define QCC_NARROW16 1
+#include <immintrin.h>
+#else
+#define QCC_NARROW16 0
+#endif
+#endif
 #ifndef QCC_K4
 #define QCC_K4 512 /* taps per dot8 panel (a multiple of 4; the panel is 16 x QCC_K4 bytes) */
 #endif
@@ -337,6 +470,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             const int ox = (int)(p0 + q - (long)oy * pw_);
                             at[q] = oy < p->oh && ox < p->ow ? oy * p->ow + ox : -1;
                         }}
+{_indent(contiguous, 24)}
                         for (j = 0; j < (long)(nb + 15) / 16 * 256; ++j) {{
                             part[j] = 0;
                         }}
@@ -351,12 +485,14 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             const int oc = g * og + ob0 + o;
                             {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix;
                             int32_t out[16];
-{_indent(ep.channel, 28)}                            QCC_VECTOR_LOOP
-                            for (q = 0; q < 16; ++q) {{
-                                const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 32)}                                out[q] = r;
+{_indent(ep.channel, 28)}{_indent(requant16, 28)}                            {{
+                                QCC_VECTOR_LOOP
+                                for (q = 0; q < 16; ++q) {{
+                                    const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 36)}                                    out[q] = r;
+                                }}
                             }}
-                            for (q = 0; q < 16; ++q) {{
+{_indent(store("yo + at[0]", "run"), 28)}                            for (q = 0; q < 16{"" if ep.post else " && !run"}; ++q) {{
                                 if (at[q] >= 0) {{
                                     int32_t r = out[q];
 {_indent(ep.post, 36)}                                    yo[at[q]] = ({y.name})r;
@@ -391,12 +527,14 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
                         int32_t out[16];
-{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
-                        for (q = 0; q < 16; ++q) {{
-                            const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 28)}                            out[q] = r;
+{_indent(ep.channel, 24)}{_indent(requant16, 24)}                        {{
+                            QCC_VECTOR_LOOP
+                            for (q = 0; q < 16; ++q) {{
+                                const int32_t v = part[o * 16 + q];
+{_indent(ep.element, 32)}                                out[q] = r;
+                            }}
                         }}
-                        for (q = 0; q < pn; ++q) {{
+{_indent(store("yo", "pn == 16"), 24)}                        for (q = 0; q < pn{"" if ep.post else " && pn < 16"}; ++q) {{
                             int32_t r = out[q];
 {_indent(ep.post, 28)}                            yo[q] = ({y.name})r;
                         }}

@@ -107,15 +107,21 @@ def binary(ks: KernelSet, op: str, t: CType) -> str:
     return ks.kernel(name, lambda: _broadcasting(name, params, t.name, expr, prologue), helpers)
 
 
-def _broadcasting(name: str, params: str, element: str, expr: str, prologue: str = "") -> str:
+def indent(body: str, spaces: int) -> str:
+    """Statements (lines without their indentation) for a line `spaces` deep, ending where the next one starts."""
+    return "".join(line.strip() + "\n" + " " * spaces for line in body.splitlines() if line.strip())
+
+
+def _broadcasting(name: str, params: str, element: str, expr: str, prologue: str = "", body: str = "") -> str:
     """A binary kernel's loops: same shapes when p == NULL, else rows along the last (merged,
     params.bcast_params) axis, each a loop of its own where an input is contiguous (stride 1) or one
-    value (stride 0): a per-channel PRelu slope or a scalar operand vectorizes."""
+    value (stride 0): a per-channel PRelu slope or a scalar operand vectorizes. `body`: statements
+    between reading av, bv and storing `expr`."""
     def row(sa: str, sb: str) -> str:
         return f"""for (k = 0; k < inner; ++k) {{
                 const {element} av = a[ia + {sa}];
                 const {element} bv = b[ib + {sb}];
-                y[i + k] = {expr};
+                {indent(body, 16)}y[i + k] = {expr};
             }}"""
     return f"""
 static void {name}({params})
@@ -128,7 +134,7 @@ static void {name}({params})
         for (i = 0; i < n; ++i) {{
             const {element} av = a[i];
             const {element} bv = b[i];
-            y[i] = {expr};
+            {indent(body, 12)}y[i] = {expr};
         }}
         return;
     }}

@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import qcc.backends.c.modes.shared as shared
 from qcc.backends.c.ctype import FLOAT, CType, hexfloat
+from qcc.backends.c.kernels import add32 as K32
 from qcc.backends.c.kernels import conv as KC
 from qcc.backends.c.kernels import conv_dot8 as KD
 from qcc.backends.c.kernels import elementwise as KE
@@ -241,6 +242,10 @@ def _binary(lw: Lowering, node: Node) -> Step:
     sb = ai.act(b)[0]
     if node.op in ("Add", "Sub"):
         (ma, mb), s = ai.common_params([sa / sy, sb / sy])
+        exact32 = K32.add32_params(node.op, lw.ctype(a), lw.ctype(b), ai.act(a)[1], ai.act(b)[1], ma, mb, s,
+                                   ai.act(y)[1])
+        if exact32 is not None:
+            return _add32(lw, node, exact32)
         extra = [zp(a), zp(b), str(ma), str(mb), str(s), zp(y)]
     elif node.op == "Mul":
         m, s = ai.requant_params(sa * sb / sy)
@@ -253,6 +258,26 @@ def _binary(lw: Lowering, node: Node) -> Step:
     fn = KE.binary_affine(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), lw.ctype(y))
     step = Step(node, [Call(fn, tuple(args))])
     step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == out)
+    return step
+
+
+def _add32(lw: Lowering, node: Node, exact32: K32.Add32) -> Step:
+    """Add/Sub in 32-bit arithmetic (kernels/add32.py: exact where it is chosen), saturating to the
+    output type's range, or to a clamp's when a clamp-table op (an affine Relu) alone reads the sum."""
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    cy = lw.ctype(y)
+    bounds: tuple[int, int] = (cy.lo, cy.hi)
+    nxt = lw.consumer(y)
+    if nxt is not None and ai.is_table_op(nxt.op):
+        clamp = KE.table_clamp(ai.unary_table(nxt), cy, lw.ctype(nxt.outputs[0]))
+        if clamp is not None:
+            bounds = clamp
+            lw.fuse(nxt)
+    args: list[Arg] = [lw.operand(a, node), lw.operand(b, node), Ptr(y), str(numel(y)), bcast_params(lw, node),
+                       *exact32.args(), *(str(v) for v in bounds)]
+    fn = K32.add32_kernel(lw.kernels, node.op, lw.ctype(a), lw.ctype(b), cy)
+    step = Step(node, [Call(fn, tuple(args))])
+    step.inplace = tuple(i for i, v in enumerate((a, b)) if v.const is None and static_shape(v) == static_shape(y))
     return step
 
 

@@ -64,7 +64,7 @@ from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.pm.parallel import Workers
+from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
@@ -181,7 +181,7 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
         if index is not None:
             layer = layers[index]
             reference = _float_layer(layer, seen[id(layer.input(0))])
-            batch.setdefault(index, ChannelMean()).add_difference(array, reference, _mask(layer, reference))
+            batch.setdefault(index, ChannelMean()).add_errors(array, reference, _inside(layer))
 
     runner = quantized_runner(model, observe)
     sums = []
@@ -204,6 +204,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
     from qcc.sim.compare import passthrough
     from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
     from qcc.sim.interpreter import Interpreter
+    from qcc.sim.split import SplitProducts, float_products, product_threads
 
     wanted = {id(n.outputs[0]) for n in layers}
     reference: dict[int, np.ndarray] = dict(kept) if kept is not None else {}
@@ -231,9 +232,13 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             out = [_add_bias(node, partial, args[2])] if exact_add else original(node, args)
             target = reference[id(node.outputs[0])]
             stored = np.asarray(out[0])
-            got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
             mean = ChannelMean()
-            mean.add_difference(got, target, _mask(node, target))
+            step = _exact_step(node.outputs[0]) if fixed else None
+            if step is not None:  # the integers read as stored * step, exactly, in the sums
+                mean.add_errors(stored, target, _inside(node), step)
+            else:
+                got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
+                mean.add_errors(got, target, _inside(node))
             shift = mean.mean()
             _apply(model, node, shifts.get(id(node), 0.0) + shift, "", report=False)  # run() reports it
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
@@ -250,14 +255,31 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         return kernel
 
     ops = {n.op for n in layers}
-    if fixed:
-        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops}, observer=keeper)
-    else:
-        runner = Interpreter(model, quantized=True,
-                             kernels={op: corrected(get_schema(op).kernel) for op in ops})
-    runner.run(feeds)
+    # the products on calibrate's sample-split threads (qcc.sim.split): the integer kernels are
+    # exact in any order, the float ones compute each sample alone with one BLAS thread
+    split = SplitProducts(product_threads(worker_threads()))
+    try:
+        if fixed:
+            runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
+                                 observer=keeper)
+        else:
+            products = float_products(split)
+            runner = Interpreter(model, quantized=True, kernels={
+                **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
+        runner.run(feeds)
+    finally:
+        split.close()
     undo_bias_correction(model)
     return shifts
+
+
+def _exact_step(value: Value) -> float | None:
+    """2**-frac when the runtime's float32 getter reads every stored integer of `value` exactly as
+    integer * 2**-frac (normal float32 values: `qcc.sim.fixed.to_float`), None otherwise."""
+    fixed = value.quant
+    if not isinstance(fixed, FixedPoint) or fixed.bits > 24 or not -100 <= fixed.frac <= 100:
+        return None
+    return float(2.0 ** -fixed.frac)
 
 
 def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
@@ -284,10 +306,10 @@ def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
     return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
 
 
-def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
-    """Where a change of the bias changes what the model computes: inside the clamp that reads
-    the output (ReLU: above 0) and inside what the output's annotation can store (a saturated
-    value does not move)."""
+def _inside(layer: Node) -> tuple[float | None, float | None] | None:
+    """Where a change of the bias changes what the model computes, lo < reference < hi (None:
+    everywhere): inside the clamp that reads the output (ReLU: above 0) and inside what the
+    output's annotation can store (a saturated value does not move)."""
     lo, hi = _active_region(layer)
     storable_range = output_range(layer.outputs[0].quant)
     if storable_range is not None:
@@ -295,7 +317,7 @@ def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
         hi = storable_range[1] if hi is None else min(hi, storable_range[1])
     if lo is None and hi is None:
         return None
-    return (reference > (-np.inf if lo is None else lo)) & (reference < (np.inf if hi is None else hi))
+    return lo, hi
 
 
 def output_range(quant: Any) -> tuple[float, float] | None:

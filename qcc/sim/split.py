@@ -6,7 +6,7 @@ thread (and other processes) on 2 cores, a third of a DenseNet-121 calibration's
 `threads` Python threads (numpy releases the GIL in BLAS) that wait on locks, not by spinning.
 
 Same bits: a product kernel computes each sample of its first input alone (convolutions run one
-BLAS call per sample; 2-D products are cut to rows by calibrate's `_per_sample`), so contiguous
+BLAS call per sample; 2-D products are cut to rows by `per_sample`), so contiguous
 groups of samples give what the whole batch gives, and OpenBLAS sums each output element in one
 thread in the same order whatever its thread count.
 """
@@ -86,6 +86,44 @@ class SplitProducts:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+def float_products(split: SplitProducts) -> dict[str, Kernel]:
+    """The float interpreter's kernels of every product op, batches split by samples on `split`'s
+    threads: calibration's runs (and equalize's, bias-correct's). A sample's values do not depend
+    on the batch or on the number of threads (BLAS runs one thread per call, one sample per call),
+    so every machine computes the same bits whatever its core count."""
+    from qcc.ir.registry import get_schema, ops_with
+
+    return {op: split.wrap(per_sample(get_schema(op).kernel), _WRITERS.get(op))  # type: ignore[arg-type]
+            for op in ops_with("product") if not get_schema(op).has("elementwise")}
+
+
+def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:
+    from qcc.ir.ops import nn
+
+    nn.conv2d(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs, out=out)
+
+
+_WRITERS: dict[str, Writer] = {"Conv": _conv_into}
+"""Product kernels that compute into a given array (no concatenation of the threads' parts)."""
+
+
+def per_sample(kernel: Kernel) -> Kernel:
+    """A product kernel run one sample at a time when the samples are the rows of a matrix product:
+    numpy sums a 2-D product in an order that depends on the row count (one row is a gemv), so a
+    batch of N would differ in the last bits from N batches of 1. Higher ranks (convolutions,
+    batched products) already run one BLAS call per sample."""
+    def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        data = xs[0] if xs else None
+        if data is None or data.ndim != 2 or len(data) < 2 or (node.inputs[0] is not None and node.inputs[0].is_const):
+            return list(kernel(node, xs))
+        count = len(data)
+        split = [i for i, (v, x) in enumerate(zip(node.inputs, xs))
+                 if v is not None and not v.is_const and x is not None and x.ndim >= 2 and len(x) == count]
+        parts = [kernel(node, [x[k:k + 1] if i in split else x for i, x in enumerate(xs)]) for k in range(count)]
+        return [np.concatenate(outs) for outs in zip(*parts)]
+    return run
 
 
 def _batch_shape(node: Node, count: int) -> tuple[int, ...] | None:

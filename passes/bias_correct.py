@@ -229,7 +229,8 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             exact_add = fixed and dedicated_problem(node) is None
             # the integer kernels add the bias last, saturating: compute the sum once, add either bias
             partial = original(node, args[:2])[0] if exact_add else None
-            out = [_add_bias(node, partial, args[2])] if exact_add else original(node, args)
+            reach = _reach(partial) if exact_add else None
+            out = [_add_bias(node, partial, args[2], reach)] if exact_add else original(node, args)
             target = reference[id(node.outputs[0])]
             stored = np.asarray(out[0])
             mean = ChannelMean()
@@ -245,7 +246,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             bias = _bias(node)
             assert bias is not None and bias.const is not None
             if exact_add:
-                return [_add_bias(node, partial, runner.store_param(bias))]
+                return [_add_bias(node, partial, runner.store_param(bias), reach, last=True)]
             if fixed:  # a generic kernel (mixed types): compute it again
                 return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
@@ -282,13 +283,29 @@ def _exact_step(value: Value) -> float | None:
     return float(2.0 ** -fixed.frac)
 
 
-def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
-    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
+def _reach(partial: Any) -> tuple[int, int] | None:
+    """The smallest and largest sum before the bias (two reductions, once for both biases)."""
+    return (int(partial.min()), int(partial.max())) if partial.size and partial.dtype == np.int64 else None
+
+
+def _add_bias(node: Node, partial: Any, bias: np.ndarray, reach: tuple[int, int] | None = None,
+              last: bool = False) -> np.ndarray:
+    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation.
+
+    `reach`: the sums' range: when the sums plus the bias cannot leave the output's range (and
+    the bias holds no MIN, `add_bias`'s one wrapping case) the saturation is a no-op, and
+    `add_bias`'s two reductions to find that out are skipped; `last`: `partial` is not read
+    again (the sum is written into it)."""
     from qcc.sim.fixed import add_bias, bias_ints, fixed_of
 
     out = fixed_of(node.outputs[0])
     assert out is not None and partial is not None
-    view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
+    ints = bias_ints(node, bias)
+    view = ints.reshape(1, -1, *([1] * (partial.ndim - 2)))
+    lo, hi = fixed_bounds(out.bits)
+    if reach is not None and ints.size and lo < int(ints.min()) and lo <= reach[0] + int(ints.min()) \
+            and reach[1] + int(ints.max()) <= hi:
+        return np.add(partial, view, out=partial if last else None, dtype=np.int64)  # type: ignore[no-any-return]
     return add_bias(partial, view, out.bits)
 
 

@@ -69,6 +69,7 @@ from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.samples import INPUT_VALUES
+from qcc.sim.split import SplitProducts, product_threads
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -127,7 +128,14 @@ class BiasCorrect(Pass):
         parts = list(calibration_batches(model, ctx, self.samples, self.samples, self.input_values))
         if len(parts) == 1:
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
-            shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
+            # one BLAS thread per product from here (the float layers computed on kept inputs
+            # included): the shifts do not depend on the core count
+            split = SplitProducts(product_threads(worker_threads()))
+            try:
+                reference = reference_outputs(kept, model, parts[0], layers)
+                shifts = _sequential(model, layers, parts[0], reference, keeper, split)
+            finally:
+                split.close()
             return shifts, (parts[0], keeper) if keeper is not None else None
         return own_errors(model, layers, parts, ctx.workers), None
 
@@ -194,7 +202,8 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
 
 
 def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
-                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None) -> dict[int, np.ndarray]:
+                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None,
+                split: SplitProducts | None = None) -> dict[int, np.ndarray]:
     """Each layer in graph order gets the mean of (its stored output - the float model's output)
     with every earlier layer already corrected: one float run (or the float outputs calibrate
     kept, `kept`: the same arrays) and one quantized run of the whole batch. A kernel wrapper
@@ -204,7 +213,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
     from qcc.sim.compare import passthrough
     from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
     from qcc.sim.interpreter import Interpreter
-    from qcc.sim.split import SplitProducts, float_products, product_threads
+    from qcc.sim.split import float_products
 
     wanted = {id(n.outputs[0]) for n in layers}
     reference: dict[int, np.ndarray] = dict(kept) if kept is not None else {}
@@ -256,20 +265,22 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         return kernel
 
     ops = {n.op for n in layers}
-    # the products on calibrate's sample-split threads (qcc.sim.split): the integer kernels are
-    # exact in any order, the float ones compute each sample alone with one BLAS thread
-    split = SplitProducts(product_threads(worker_threads()))
+    # the products on calibrate's sample-split threads (`split`, qcc.sim.split): the integer
+    # kernels are exact in any order, the float ones compute each sample with one BLAS thread
+    own = split is None
+    split = SplitProducts(product_threads(worker_threads())) if split is None else split
     try:
         if fixed:
             runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
                                  observer=keeper)
         else:
-            products = float_products(split)
+            products = float_products(split, rows_alone=False)
             runner = Interpreter(model, quantized=True, kernels={
                 **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
         runner.run(feeds)
     finally:
-        split.close()
+        if own:
+            split.close()
     undo_bias_correction(model)
     return shifts
 

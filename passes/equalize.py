@@ -163,7 +163,7 @@ class Equalize(Pass):
         # the products on calibrate's sample-split threads: this run is half of what the pass costs
         split = SplitProducts(product_threads(worker_threads()))
         try:
-            interp = Interpreter(model, observer=observe, kernels={**float_products(split), "Quantize": passthrough})
+            interp = Interpreter(model, observer=observe, kernels={**float_products(split, rows_alone=False), "Quantize": passthrough})
             for batch in calibration_batches(model, ctx, self.samples, 64, self.input_values):
                 interp.run(batch)
         finally:

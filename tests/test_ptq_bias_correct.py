@@ -8,6 +8,7 @@ Carlo estimate for the analytical correction.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -360,3 +361,23 @@ def test_error_sums_sample_by_sample_keep_their_bits(shape: tuple[int, ...]) -> 
             assert expected.sums is not None and fast.sums is not None
             assert expected.sums.tobytes() == fast.sums.tobytes(), (inside, step)
             assert np.array_equal(expected.counts, fast.counts)
+
+
+def test_equalize_and_bias_correct_bits_do_not_depend_on_the_product_threads(
+        mobilenet_digits_files: NetFiles, tmp_path: Path) -> None:
+    """equalize's float run and bias-correct's quantized run split each batch's products by
+    samples over threads (qcc.sim.split, BLAS at one thread): the compiled constants, per-tensor
+    int8 (both passes) and FIXED8 (integer kernels), must be those of the one-thread run."""
+    from qcc.driver import compile as qcc_compile
+    from qcc.pm.parallel import worker_budget
+
+    files = mobilenet_digits_files
+    for scheme, target, out in (("int8", "onnx-qdq", "m.onnx"), ("fixed8", "nnb", "m.nnb")):
+        constants = []
+        for threads in (1, 2, 3):
+            with worker_budget(threads):
+                model, report = qcc_compile(str(files.model), tmp_path / out, target=target, quantize=scheme,
+                                            per_tensor=True, calib=str(files.calib))
+            assert {"equalize", "bias-correct"} <= set(report["pipeline"])
+            constants.append([(v.name, v.const.tobytes()) for v in model.graph.constants if v.const is not None])
+        assert constants[1] == constants[0] and constants[2] == constants[0], scheme

@@ -35,19 +35,20 @@ def product_threads(limit: int | None = None) -> int:
 
 class SplitProducts:
     """Wraps product kernels; `threads` <= 1 (or no threadpoolctl to hold BLAS at one thread) runs
-    them as they are."""
+    them as they are. BLAS runs one thread per call while it is open, `threads` 1 included: the
+    bits of a run are those of one BLAS thread whatever the number of cores."""
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._limits: Any = None
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            self.threads = 1
+            return
+        self._limits = threadpool_limits(1, user_api="blas")
         if threads > 1:
-            try:
-                from threadpoolctl import threadpool_limits
-            except ImportError:
-                self.threads = 1
-                return
-            self._limits = threadpool_limits(1, user_api="blas")
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="qcc-product")
 
     def wrap(self, kernel: Kernel, writer: Writer | None = None) -> Kernel:
@@ -88,15 +89,28 @@ class SplitProducts:
             self._limits = None
 
 
-def float_products(split: SplitProducts) -> dict[str, Kernel]:
+def float_products(split: SplitProducts, rows_alone: bool = True) -> dict[str, Kernel]:
     """The float interpreter's kernels of every product op, batches split by samples on `split`'s
     threads: calibration's runs (and equalize's, bias-correct's). A sample's values do not depend
     on the batch or on the number of threads (BLAS runs one thread per call, one sample per call),
-    so every machine computes the same bits whatever its core count."""
+    so every machine computes the same bits whatever its core count.
+
+    `rows_alone=False`: a 2-D product (samples are its rows) runs on the whole batch in this
+    thread (one BLAS thread while `split` holds them), as the plain interpreter computes it: the
+    run gives the bits the plain interpreter gives with one BLAS thread."""
     from qcc.ir.registry import get_schema, ops_with
 
-    return {op: split.wrap(per_sample(get_schema(op).kernel), _WRITERS.get(op))  # type: ignore[arg-type]
-            for op in ops_with("product") if not get_schema(op).has("elementwise")}
+    def kernel(op: str) -> Kernel:
+        plain: Kernel = get_schema(op).kernel  # type: ignore[assignment]
+        wrapped = split.wrap(per_sample(plain) if rows_alone else plain, _WRITERS.get(op))
+        if rows_alone:
+            return wrapped
+
+        def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+            return plain(node, xs) if xs and xs[0] is not None and xs[0].ndim == 2 else wrapped(node, xs)
+        return run
+
+    return {op: kernel(op) for op in ops_with("product") if not get_schema(op).has("elementwise")}
 
 
 def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:

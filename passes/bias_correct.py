@@ -229,6 +229,11 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         ensure_bias(model.graph, layer)
     shifts: dict[int, np.ndarray] = {}
     fixed = runs_integer_kernels(model)
+    # the products and the error sums on calibrate's sample-split threads (`split`, qcc.sim.split):
+    # the integer kernels are exact in any order, the float ones compute each sample with one
+    # BLAS thread, the sums are added in sample order
+    own = split is None
+    split = SplitProducts(product_threads(worker_threads())) if split is None else split
     runner: Any = None
 
     def corrected(original: Any) -> Any:
@@ -243,12 +248,16 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             target = reference[id(node.outputs[0])]
             stored = np.asarray(out[0])
             mean = ChannelMean()
+            quant = node.outputs[0].quant
             step = _exact_step(node.outputs[0]) if fixed else None
             if step is not None:  # the integers read as stored * step, exactly, in the sums
-                mean.add_errors(stored, target, _inside(node), step)
-            else:
-                got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
-                mean.add_errors(got, target, _inside(node))
+                mean.add_errors(stored, target, _inside(node), step, ranges=split.ranges)
+            elif fixed or getattr(quant, "axis", None) == 0:
+                got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, quant)
+                mean.add_errors(got, target, _inside(node), ranges=split.ranges)
+            else:  # the stored output read back as its annotation stores it, elementwise, sample by sample
+                mean.add_errors(stored, target, _inside(node), read=lambda a: apply_annotation(a, quant),
+                                ranges=split.ranges)
             shift = mean.mean()
             _apply(model, node, shifts.get(id(node), 0.0) + shift, "", report=False)  # run() reports it
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
@@ -265,17 +274,13 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         return kernel
 
     ops = {n.op for n in layers}
-    # the products on calibrate's sample-split threads (`split`, qcc.sim.split): the integer
-    # kernels are exact in any order, the float ones compute each sample with one BLAS thread
-    own = split is None
-    split = SplitProducts(product_threads(worker_threads())) if split is None else split
     try:
         if fixed:
             runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
                                  observer=keeper)
         else:
             products = float_products(split, rows_alone=False)
-            runner = Interpreter(model, quantized=True, kernels={
+            runner = _split_stores(split)(model, quantized=True, kernels={
                 **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
         runner.run(feeds)
     finally:
@@ -283,6 +288,29 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             split.close()
     undo_bias_correction(model)
     return shifts
+
+
+def _split_stores(split: SplitProducts) -> type:
+    """An Interpreter (quantized) whose stores of an output run on `split`'s threads, contiguous
+    samples each: a store is elementwise (a per-tensor or per-channel annotation on axis 1), so
+    the same values."""
+    from qcc.sim.interpreter import Interpreter
+
+    class SplitStores(Interpreter):
+        def store_output(self, value: Value, array: np.ndarray) -> np.ndarray:
+            array = np.asarray(array)
+            if (split.threads < 2 or not isinstance(value.quant, (Affine, FixedPoint)) or array.ndim < 2
+                    or len(array) < 2 or getattr(value.quant, "axis", None) == 0):
+                return super().store_output(value, array)
+            out = np.empty_like(array)
+
+            def store(start: int, stop: int) -> None:
+                out[start:stop] = self._store(value, array[start:stop])
+
+            split.ranges(store, len(array))
+            return out
+
+    return SplitStores
 
 
 def _exact_step(value: Value) -> float | None:

@@ -17,12 +17,13 @@ import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from qcc.ir.core import Node
 
+T = TypeVar("T")
 Kernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
 Writer = Callable[[Node, list[np.ndarray], np.ndarray], object]
 """Computes a node's single output for the given inputs into `out` (a slice of the batch's output)."""
@@ -79,6 +80,16 @@ class SplitProducts:
             return [np.concatenate(outs) for outs in zip(*results)]
 
         return run
+
+    def ranges(self, fn: Callable[[int, int], T], count: int) -> list[T]:
+        """fn(start, stop) on contiguous ranges of `count` samples, one per thread (in this thread
+        without threads); the results in sample order."""
+        if self._pool is None or count < 2:
+            return [fn(0, count)]
+        parts = min(self.threads, count)
+        bounds = [count * i // parts for i in range(parts + 1)]
+        futures = [self._pool.submit(fn, a, b) for a, b in itertools.pairwise(bounds)]
+        return [f.result() for f in futures]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -64,11 +64,12 @@ from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.pm.parallel import Workers
+from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.samples import INPUT_VALUES
+from qcc.sim.split import SplitProducts, product_threads
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -127,7 +128,14 @@ class BiasCorrect(Pass):
         parts = list(calibration_batches(model, ctx, self.samples, self.samples, self.input_values))
         if len(parts) == 1:
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
-            shifts = _sequential(model, layers, parts[0], reference_outputs(kept, model, parts[0], layers), keeper)
+            # one BLAS thread per product from here (the float layers computed on kept inputs
+            # included): the shifts do not depend on the core count
+            split = SplitProducts(product_threads(worker_threads()))
+            try:
+                reference = reference_outputs(kept, model, parts[0], layers)
+                shifts = _sequential(model, layers, parts[0], reference, keeper, split)
+            finally:
+                split.close()
             return shifts, (parts[0], keeper) if keeper is not None else None
         return own_errors(model, layers, parts, ctx.workers), None
 
@@ -181,7 +189,7 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
         if index is not None:
             layer = layers[index]
             reference = _float_layer(layer, seen[id(layer.input(0))])
-            batch.setdefault(index, ChannelMean()).add_difference(array, reference, _mask(layer, reference))
+            batch.setdefault(index, ChannelMean()).add_errors(array, reference, _inside(layer))
 
     runner = quantized_runner(model, observe)
     sums = []
@@ -194,7 +202,8 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
 
 
 def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
-                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None) -> dict[int, np.ndarray]:
+                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None,
+                split: SplitProducts | None = None) -> dict[int, np.ndarray]:
     """Each layer in graph order gets the mean of (its stored output - the float model's output)
     with every earlier layer already corrected: one float run (or the float outputs calibrate
     kept, `kept`: the same arrays) and one quantized run of the whole batch. A kernel wrapper
@@ -204,6 +213,7 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
     from qcc.sim.compare import passthrough
     from qcc.sim.fixed import FixedRunner, dedicated_problem, fixed_kernel, runs_integer_kernels
     from qcc.sim.interpreter import Interpreter
+    from qcc.sim.split import float_products
 
     wanted = {id(n.outputs[0]) for n in layers}
     reference: dict[int, np.ndarray] = dict(kept) if kept is not None else {}
@@ -219,6 +229,11 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         ensure_bias(model.graph, layer)
     shifts: dict[int, np.ndarray] = {}
     fixed = runs_integer_kernels(model)
+    # the products and the error sums on calibrate's sample-split threads (`split`, qcc.sim.split):
+    # the integer kernels are exact in any order, the float ones compute each sample with one
+    # BLAS thread, the sums are added in sample order
+    own = split is None
+    split = SplitProducts(product_threads(worker_threads())) if split is None else split
     runner: Any = None
 
     def corrected(original: Any) -> Any:
@@ -228,19 +243,28 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
             exact_add = fixed and dedicated_problem(node) is None
             # the integer kernels add the bias last, saturating: compute the sum once, add either bias
             partial = original(node, args[:2])[0] if exact_add else None
-            out = [_add_bias(node, partial, args[2])] if exact_add else original(node, args)
+            reach = _reach(partial) if exact_add else None
+            out = [_add_bias(node, partial, args[2], reach)] if exact_add else original(node, args)
             target = reference[id(node.outputs[0])]
             stored = np.asarray(out[0])
-            got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, node.outputs[0].quant)
             mean = ChannelMean()
-            mean.add_difference(got, target, _mask(node, target))
+            quant = node.outputs[0].quant
+            step = _exact_step(node.outputs[0]) if fixed else None
+            if step is not None:  # the integers read as stored * step, exactly, in the sums
+                mean.add_errors(stored, target, _inside(node), step, ranges=split.ranges)
+            elif fixed or getattr(quant, "axis", None) == 0:
+                got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, quant)
+                mean.add_errors(got, target, _inside(node), ranges=split.ranges)
+            else:  # the stored output read back as its annotation stores it, elementwise, sample by sample
+                mean.add_errors(stored, target, _inside(node), read=lambda a: apply_annotation(a, quant),
+                                ranges=split.ranges)
             shift = mean.mean()
             _apply(model, node, shifts.get(id(node), 0.0) + shift, "", report=False)  # run() reports it
             shifts[id(node)] = shifts.get(id(node), 0.0) + shift
             bias = _bias(node)
             assert bias is not None and bias.const is not None
             if exact_add:
-                return [_add_bias(node, partial, runner.store_param(bias))]
+                return [_add_bias(node, partial, runner.store_param(bias), reach, last=True)]
             if fixed:  # a generic kernel (mixed types): compute it again
                 return original(node, [*args[:2], runner.store_param(bias)])  # type: ignore[no-any-return]
             change = (bias.const.astype(np.float64) - args[2]).reshape(1, -1, *([1] * (stored.ndim - 2)))
@@ -250,23 +274,77 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         return kernel
 
     ops = {n.op for n in layers}
-    if fixed:
-        runner = FixedRunner(model, kernels={op: corrected(fixed_kernel(op)) for op in ops}, observer=keeper)
-    else:
-        runner = Interpreter(model, quantized=True,
-                             kernels={op: corrected(get_schema(op).kernel) for op in ops})
-    runner.run(feeds)
+    try:
+        if fixed:
+            runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
+                                 observer=keeper)
+        else:
+            products = float_products(split, rows_alone=False)
+            runner = _split_stores(split)(model, quantized=True, kernels={
+                **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
+        runner.run(feeds)
+    finally:
+        if own:
+            split.close()
     undo_bias_correction(model)
     return shifts
 
 
-def _add_bias(node: Node, partial: Any, bias: np.ndarray) -> np.ndarray:
-    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation."""
+def _split_stores(split: SplitProducts) -> type:
+    """An Interpreter (quantized) whose stores of an output run on `split`'s threads, contiguous
+    samples each: a store is elementwise (a per-tensor or per-channel annotation on axis 1), so
+    the same values."""
+    from qcc.sim.interpreter import Interpreter
+
+    class SplitStores(Interpreter):
+        def store_output(self, value: Value, array: np.ndarray) -> np.ndarray:
+            array = np.asarray(array)
+            if (split.threads < 2 or not isinstance(value.quant, (Affine, FixedPoint)) or array.ndim < 2
+                    or len(array) < 2 or getattr(value.quant, "axis", None) == 0):
+                return super().store_output(value, array)
+            out = np.empty_like(array)
+
+            def store(start: int, stop: int) -> None:
+                out[start:stop] = self._store(value, array[start:stop])
+
+            split.ranges(store, len(array))
+            return out
+
+    return SplitStores
+
+
+def _exact_step(value: Value) -> float | None:
+    """2**-frac when the runtime's float32 getter reads every stored integer of `value` exactly as
+    integer * 2**-frac (normal float32 values: `qcc.sim.fixed.to_float`), None otherwise."""
+    fixed = value.quant
+    if not isinstance(fixed, FixedPoint) or fixed.bits > 24 or not -100 <= fixed.frac <= 100:
+        return None
+    return float(2.0 ** -fixed.frac)
+
+
+def _reach(partial: Any) -> tuple[int, int] | None:
+    """The smallest and largest sum before the bias (two reductions, once for both biases)."""
+    return (int(partial.min()), int(partial.max())) if partial.size and partial.dtype == np.int64 else None
+
+
+def _add_bias(node: Node, partial: Any, bias: np.ndarray, reach: tuple[int, int] | None = None,
+              last: bool = False) -> np.ndarray:
+    """nnabla-c-runtime's last step of Convolution/Affine: the bias added with saturation.
+
+    `reach`: the sums' range: when the sums plus the bias cannot leave the output's range (and
+    the bias holds no MIN, `add_bias`'s one wrapping case) the saturation is a no-op, and
+    `add_bias`'s two reductions to find that out are skipped; `last`: `partial` is not read
+    again (the sum is written into it)."""
     from qcc.sim.fixed import add_bias, bias_ints, fixed_of
 
     out = fixed_of(node.outputs[0])
     assert out is not None and partial is not None
-    view = bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2)))
+    ints = bias_ints(node, bias)
+    view = ints.reshape(1, -1, *([1] * (partial.ndim - 2)))
+    lo, hi = fixed_bounds(out.bits)
+    if reach is not None and ints.size and lo < int(ints.min()) and lo <= reach[0] + int(ints.min()) \
+            and reach[1] + int(ints.max()) <= hi:
+        return np.add(partial, view, out=partial if last else None, dtype=np.int64)  # type: ignore[no-any-return]
     return add_bias(partial, view, out.bits)
 
 
@@ -284,10 +362,10 @@ def _float_layer(layer: Node, x: np.ndarray) -> np.ndarray:
     return np.asarray(get_schema(layer.op).kernel(layer, [x, *params])[0], np.float64)  # type: ignore[list-item]
 
 
-def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
-    """Where a change of the bias changes what the model computes: inside the clamp that reads
-    the output (ReLU: above 0) and inside what the output's annotation can store (a saturated
-    value does not move)."""
+def _inside(layer: Node) -> tuple[float | None, float | None] | None:
+    """Where a change of the bias changes what the model computes, lo < reference < hi (None:
+    everywhere): inside the clamp that reads the output (ReLU: above 0) and inside what the
+    output's annotation can store (a saturated value does not move)."""
     lo, hi = _active_region(layer)
     storable_range = output_range(layer.outputs[0].quant)
     if storable_range is not None:
@@ -295,7 +373,7 @@ def _mask(layer: Node, reference: np.ndarray) -> np.ndarray | None:
         hi = storable_range[1] if hi is None else min(hi, storable_range[1])
     if lo is None and hi is None:
         return None
-    return (reference > (-np.inf if lo is None else lo)) & (reference < (np.inf if hi is None else hi))
+    return lo, hi
 
 
 def output_range(quant: Any) -> tuple[float, float] | None:

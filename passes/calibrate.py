@@ -25,14 +25,14 @@ from qcc.passes.statistics import Calibration, CalibrationStats, pre_bias_key
 
 from qcc.errors import InvalidInputError, UsageError
 from qcc.ir.core import Model, Node, Value
-from qcc.ir.registry import get_schema, ops_with
+from qcc.ir.registry import get_schema
 from qcc.ir.samples import count as samples_in
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
-from qcc.sim.split import SplitProducts, product_threads
+from qcc.sim.split import SplitProducts, float_products, product_threads
 
 
 def _positive(name: str) -> Any:
@@ -453,36 +453,7 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None], spli
     from qcc.sim.compare import passthrough
     from qcc.sim.interpreter import Interpreter
 
-    kernels: dict[str, Any] = {op: split.wrap(_per_sample(get_schema(op).kernel), _WRITERS.get(op))
-                               for op in ops_with("product") if not get_schema(op).has("elementwise")}
-    return Interpreter(model, observer=observe, kernels={**kernels, "Quantize": passthrough}).run
-
-
-def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:
-    from qcc.ir.ops import nn
-
-    nn.conv2d(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs, out=out)
-
-
-_WRITERS = {"Conv": _conv_into}
-"""Product kernels that compute into a given array (qcc.sim.split: no concatenation of the threads' parts)."""
-
-
-def _per_sample(kernel: Any) -> Any:
-    """A product kernel run one sample at a time when the samples are the rows of a matrix product:
-    numpy sums a 2-D product in an order that depends on the row count (one row is a gemv), so a
-    batch of N would differ in the last bits from N batches of 1. Higher ranks (convolutions,
-    batched products) already run one BLAS call per sample."""
-    def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-        data = xs[0] if xs else None
-        if data is None or data.ndim != 2 or len(data) < 2 or (node.inputs[0] is not None and node.inputs[0].is_const):
-            return list(kernel(node, xs))
-        count = len(data)
-        split = [i for i, (v, x) in enumerate(zip(node.inputs, xs))
-                 if v is not None and not v.is_const and x is not None and x.ndim >= 2 and len(x) == count]
-        parts = [kernel(node, [x[k:k + 1] if i in split else x for i, x in enumerate(xs)]) for k in range(count)]
-        return [np.concatenate(outs) for outs in zip(*parts)]
-    return run
+    return Interpreter(model, observer=observe, kernels={**float_products(split), "Quantize": passthrough}).run
 
 
 def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np.ndarray], None]) -> Runner:

@@ -52,7 +52,7 @@ def blas_threads() -> list[int]:
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_each_sample_gets_the_bits_it_has_alone(threads: int) -> None:
-    from qcc.passes.calibrate import _per_sample
+    from qcc.sim.split import per_sample as _per_sample
 
     m, x = model(), data(7)  # 7 samples: unequal parts
     alone = np.concatenate([Interpreter(m).run({"x": x[k:k + 1]})[OUT] for k in range(len(x))])
@@ -130,7 +130,8 @@ def test_a_convolution_computed_into_a_slice_has_the_bits_it_returns(geometry: d
 
 
 def test_split_convolutions_write_the_batch_output_with_the_bits_of_each_sample_alone() -> None:
-    from qcc.passes.calibrate import _WRITERS, _per_sample
+    from qcc.sim.split import _WRITERS
+    from qcc.sim.split import per_sample as _per_sample
 
     m, x = model(), data(7)
     alone = np.concatenate([Interpreter(m).run({"x": x[k:k + 1]})[OUT] for k in range(len(x))])

@@ -8,6 +8,7 @@ Carlo estimate for the analytical correction.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -333,3 +334,50 @@ def test_error_sums_without_the_cast_copy_keep_their_bits(shape: tuple[int, ...]
         assert expected.sums is not None and fast.sums is not None
         assert expected.sums.tobytes() == fast.sums.tobytes()
         assert np.array_equal(expected.counts, fast.counts)
+
+
+@pytest.mark.parametrize("shape", [(9, 24, 12, 12), (9, 1, 20, 20), (5, 7, 1, 1), (16, 100), (3, 7, 5), (1, 4, 6, 6)])
+def test_error_sums_sample_by_sample_keep_their_bits(shape: tuple[int, ...]) -> None:
+    """add_errors sums one sample at a time (and reads fixed-point integers times their step):
+    sums and counts must equal add_difference's over the whole batch bit for bit, NaN,
+    infinities and signed zeros included, with and without each bound of the mask."""
+    from qcc.quant.biascorr import ChannelMean
+
+    rng = np.random.default_rng(len(shape) + shape[1])
+    got = rng.standard_normal(shape).astype(np.float32)
+    target = rng.standard_normal(shape).astype(np.float32)
+    got.flat[:6] = [np.nan, np.inf, -0.0, 0.0, -np.inf, -0.0]
+    target.flat[:6] = [1.0, 2.0, 0.0, -0.0, -np.inf, 0.0]
+    ints = rng.integers(-128, 128, shape)
+    for inside in (None, (0.0, None), (None, 0.5), (-0.25, 0.75)):
+        mask = None if inside is None else (target > (-np.inf if inside[0] is None else inside[0])) & (
+            target < (np.inf if inside[1] is None else inside[1]))
+        for array, step in ((got, None), (ints, 2.0 ** -5)):
+            expected, fast = ChannelMean(), ChannelMean()
+            # the float32 getter of fixed point (exact), then add_difference's float64 subtraction
+            expected.add_difference(array if step is None else (array * np.float32(step)).astype(np.float32),
+                                    target, mask)
+            fast.add_errors(array, target, inside, step)
+            assert expected.sums is not None and fast.sums is not None
+            assert expected.sums.tobytes() == fast.sums.tobytes(), (inside, step)
+            assert np.array_equal(expected.counts, fast.counts)
+
+
+def test_equalize_and_bias_correct_bits_do_not_depend_on_the_product_threads(
+        mobilenet_digits_files: NetFiles, tmp_path: Path) -> None:
+    """equalize's float run and bias-correct's quantized run split each batch's products by
+    samples over threads (qcc.sim.split, BLAS at one thread): the compiled constants, per-tensor
+    int8 (both passes) and FIXED8 (integer kernels), must be those of the one-thread run."""
+    from qcc.driver import compile as qcc_compile
+    from qcc.pm.parallel import worker_budget
+
+    files = mobilenet_digits_files
+    for scheme, target, out in (("int8", "onnx-qdq", "m.onnx"), ("fixed8", "nnb", "m.nnb")):
+        constants = []
+        for threads in (1, 2, 3):
+            with worker_budget(threads):
+                model, report = qcc_compile(str(files.model), tmp_path / out, target=target, quantize=scheme,
+                                            per_tensor=True, calib=str(files.calib))
+            assert {"equalize", "bias-correct"} <= set(report["pipeline"])
+            constants.append([(v.name, v.const.tobytes()) for v in model.graph.constants if v.const is not None])
+        assert constants[1] == constants[0] and constants[2] == constants[0], scheme

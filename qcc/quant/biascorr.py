@@ -14,6 +14,8 @@ bias with saturation in the output's type). `storable` clips to what that storag
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import numpy as np
 
@@ -47,6 +49,35 @@ class ChannelMean:
         whole batch fewer; the same differences, so the same bits)."""
         self.add(np.subtract(got, target, dtype=np.float64), mask)
 
+    def add_errors(self, got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None = None,
+                   step: float | None = None, read: Callable[[np.ndarray], np.ndarray] | None = None,
+                   ranges: Ranges | None = None) -> None:
+        """add_difference(read(got) - target, mask) with mask = lo < target < hi (`inside`; None:
+        no mask), one sample at a time: a sample's float64 differences (a tenth of the batch's)
+        stay in cache through the subtraction, the select and the sum, where the batch's went to
+        memory three times. `step`: `got` holds integers that read as got * step (fixed point:
+        exact in float64), no float copy of them made first. `read`: an elementwise function
+        applied to `got` first (a fake quantization), on the same samples. `ranges`: runs the
+        samples' sums on contiguous ranges of samples (threads: qcc.sim.split); they are added
+        here in sample order, the additions one range makes.
+
+        The same bits as add_difference: numpy sums a channel of an (N, C, ...) array as one
+        pairwise sum per sample (the contiguous trailing axes) added in sample order, which is
+        what summing each sample alone and adding the parts in order computes."""
+        if got.ndim < 2 or len(got) == 0:
+            diff = got * np.float64(step) if step is not None else got
+            diff = read(diff) if read is not None else diff
+            mask = None if inside is None else _inside(target, *inside)
+            self.add_difference(diff, target, mask)
+            return
+
+        def sums(start: int, stop: int) -> list[tuple[np.ndarray, np.ndarray]]:
+            return _sample_sums(got[start:stop], target[start:stop], inside, step, read)
+
+        for part in (ranges(sums, len(got)) if ranges is not None else [sums(0, len(got))]):
+            for total, seen in part:
+                self._accumulate(total, seen)
+
     def merge(self, other: ChannelMean) -> None:
         """Add another run's sums: the same additions `add` makes, so merging per-batch means in
         batch order gives the bits of one mean fed batch by batch."""
@@ -73,3 +104,44 @@ def storable(bias: np.ndarray, step: np.ndarray, qmin: int, qmax: int,
     zp = np.asarray(zero_point, np.float64)
     clipped = np.clip(bias, (qmin - zp) * step, (qmax - zp) * step)
     return clipped, int(np.count_nonzero(clipped != bias))
+
+
+def _inside(target: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+    """lo < target < hi (a missing bound: no limit on that side)."""
+    return (target > (-np.inf if lo is None else lo)) & (target < (np.inf if hi is None else hi))
+
+
+Ranges = Callable[[Callable[[int, int], list[tuple[np.ndarray, np.ndarray]]], int],
+                  list[list[tuple[np.ndarray, np.ndarray]]]]
+"""runs fn(start, stop) over contiguous ranges that cover `count` samples; results in sample order."""
+
+
+def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None,
+                 step: float | None, read: Callable[[np.ndarray], np.ndarray] | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sample: the per-channel sums of (got - target) inside the mask, and the counts."""
+    if read is not None:
+        got = read(got)
+    channels = got.shape[1]
+    diff = np.empty(got.shape[1:], np.float64)
+    scaled = np.empty(got.shape[1:], np.float64) if step is not None else None
+    mask = np.empty(got.shape[1:], bool) if inside is not None else None
+    below = np.empty(got.shape[1:], bool) if inside is not None else None
+    out = []
+    for k in range(len(got)):
+        sample = got[k]
+        if scaled is not None and step is not None:
+            sample = np.multiply(sample, step, out=scaled, dtype=np.float64)
+        if mask is None or below is None or inside is None:
+            np.subtract(sample, target[k], out=diff, dtype=np.float64)
+            part = diff.reshape(channels, -1).sum(axis=1)
+            seen = np.full(channels, diff.size // max(channels, 1), dtype=np.float64)
+        else:
+            lo, hi = inside
+            np.greater(target[k], -np.inf if lo is None else lo, out=mask)  # _inside's comparisons
+            np.logical_and(mask, np.less(target[k], np.inf if hi is None else hi, out=below), out=mask)
+            diff.fill(0.0)  # np.where(mask, difference, 0.0)'s values
+            np.subtract(sample, target[k], out=diff, where=mask, dtype=np.float64)
+            part = diff.reshape(channels, -1).sum(axis=1)
+            seen = np.count_nonzero(mask.reshape(channels, -1), axis=1).astype(np.float64)
+        out.append((part, seen))
+    return out

@@ -6,7 +6,7 @@ thread (and other processes) on 2 cores, a third of a DenseNet-121 calibration's
 `threads` Python threads (numpy releases the GIL in BLAS) that wait on locks, not by spinning.
 
 Same bits: a product kernel computes each sample of its first input alone (convolutions run one
-BLAS call per sample; 2-D products are cut to rows by calibrate's `_per_sample`), so contiguous
+BLAS call per sample; 2-D products are cut to rows by `per_sample`), so contiguous
 groups of samples give what the whole batch gives, and OpenBLAS sums each output element in one
 thread in the same order whatever its thread count.
 """
@@ -17,12 +17,13 @@ import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from qcc.ir.core import Node
 
+T = TypeVar("T")
 Kernel = Callable[[Node, list[np.ndarray]], list[np.ndarray]]
 Writer = Callable[[Node, list[np.ndarray], np.ndarray], object]
 """Computes a node's single output for the given inputs into `out` (a slice of the batch's output)."""
@@ -35,19 +36,20 @@ def product_threads(limit: int | None = None) -> int:
 
 class SplitProducts:
     """Wraps product kernels; `threads` <= 1 (or no threadpoolctl to hold BLAS at one thread) runs
-    them as they are."""
+    them as they are. BLAS runs one thread per call while it is open, `threads` 1 included: the
+    bits of a run are those of one BLAS thread whatever the number of cores."""
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
         self._limits: Any = None
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            self.threads = 1
+            return
+        self._limits = threadpool_limits(1, user_api="blas")
         if threads > 1:
-            try:
-                from threadpoolctl import threadpool_limits
-            except ImportError:
-                self.threads = 1
-                return
-            self._limits = threadpool_limits(1, user_api="blas")
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="qcc-product")
 
     def wrap(self, kernel: Kernel, writer: Writer | None = None) -> Kernel:
@@ -79,6 +81,16 @@ class SplitProducts:
 
         return run
 
+    def ranges(self, fn: Callable[[int, int], T], count: int) -> list[T]:
+        """fn(start, stop) on contiguous ranges of `count` samples, one per thread (in this thread
+        without threads); the results in sample order."""
+        if self._pool is None or count < 2:
+            return [fn(0, count)]
+        parts = min(self.threads, count)
+        bounds = [count * i // parts for i in range(parts + 1)]
+        futures = [self._pool.submit(fn, a, b) for a, b in itertools.pairwise(bounds)]
+        return [f.result() for f in futures]
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
@@ -86,6 +98,57 @@ class SplitProducts:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+def float_products(split: SplitProducts, rows_alone: bool = True) -> dict[str, Kernel]:
+    """The float interpreter's kernels of every product op, batches split by samples on `split`'s
+    threads: calibration's runs (and equalize's, bias-correct's). A sample's values do not depend
+    on the batch or on the number of threads (BLAS runs one thread per call, one sample per call),
+    so every machine computes the same bits whatever its core count.
+
+    `rows_alone=False`: a 2-D product (samples are its rows) runs on the whole batch in this
+    thread (one BLAS thread while `split` holds them), as the plain interpreter computes it: the
+    run gives the bits the plain interpreter gives with one BLAS thread."""
+    from qcc.ir.registry import get_schema, ops_with
+
+    def kernel(op: str) -> Kernel:
+        plain: Kernel = get_schema(op).kernel  # type: ignore[assignment]
+        wrapped = split.wrap(per_sample(plain) if rows_alone else plain, _WRITERS.get(op))
+        if rows_alone:
+            return wrapped
+
+        def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+            return plain(node, xs) if xs and xs[0] is not None and xs[0].ndim == 2 else wrapped(node, xs)
+        return run
+
+    return {op: kernel(op) for op in ops_with("product") if not get_schema(op).has("elementwise")}
+
+
+def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:
+    from qcc.ir.ops import nn
+
+    nn.conv2d(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs, out=out)
+
+
+_WRITERS: dict[str, Writer] = {"Conv": _conv_into}
+"""Product kernels that compute into a given array (no concatenation of the threads' parts)."""
+
+
+def per_sample(kernel: Kernel) -> Kernel:
+    """A product kernel run one sample at a time when the samples are the rows of a matrix product:
+    numpy sums a 2-D product in an order that depends on the row count (one row is a gemv), so a
+    batch of N would differ in the last bits from N batches of 1. Higher ranks (convolutions,
+    batched products) already run one BLAS call per sample."""
+    def run(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
+        data = xs[0] if xs else None
+        if data is None or data.ndim != 2 or len(data) < 2 or (node.inputs[0] is not None and node.inputs[0].is_const):
+            return list(kernel(node, xs))
+        count = len(data)
+        split = [i for i, (v, x) in enumerate(zip(node.inputs, xs))
+                 if v is not None and not v.is_const and x is not None and x.ndim >= 2 and len(x) == count]
+        parts = [kernel(node, [x[k:k + 1] if i in split else x for i, x in enumerate(xs)]) for k in range(count)]
+        return [np.concatenate(outs) for outs in zip(*parts)]
+    return run
 
 
 def _batch_shape(node: Node, count: int) -> tuple[int, ...] | None:

@@ -270,8 +270,42 @@ def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
         return f"({elem})((int32_t){expr} - zx)" if centered else expr
 
     # float, stride 1, AVX-512: per segment one masked load (lanes outside the input read nothing and
-    # hold +0.0f, the float padding) instead of the clipped copies, memcpy/memset calls and gathers
+    # hold +0.0f, the float padding) instead of the clipped copies, memcpy/memset calls and gathers.
+    # Planes a multiple of 4 KB apart (a 32x32 map) put every channel's line of a tile into the same
+    # L1 set, so tap by tap each line is evicted before the next tap reads it again: there one row
+    # segment is filled channel by channel, each channel's taps at once (measured alone: 2.4x faster)
     masked = "" if centered else """#if QCC_MASKED_PACK
+    if (p->sw == 1 && pad == 0.0f && nseg == 1 && hw % 1024 == 0) {
+        const int ta = tap;
+        const int tl = (int)((k0 + kc - 1) / cg) + 1;
+        const int tn = tl - ta < QCC_PKT ? tl - ta : QCC_PKT;
+        __mmask16 mk[QCC_PKT];
+        long mo[QCC_PKT];
+        int t, c;
+        for (t = 0; t < tn; ++t) {
+            const int iy = soy[0] * p->sh - p->ph + (ta + t) / p->kw * p->dh;
+            const int ix = sox[0] - p->pw + (ta + t) % p->kw * p->dw;
+            const int lo = ix >= 0 ? 0 : -ix;
+            const int hi = p->w - ix < sq[1] ? p->w - ix : sq[1];
+            mk[t] = (__mmask16)(iy < 0 || iy >= p->h || hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u));
+            mo[t] = (long)iy * p->w + ix;
+        }
+        for (c = 0; c < cg; ++c) {
+            const float *restrict xc = x + (long)c * hw;
+            for (t = 0; t < tn; ++t) {
+                const long kt = (long)(ta + t) * cg + c - k0;
+                if (kt >= 0 && kt < kc) {
+                    _mm512_storeu_ps(panel + kt * QCC_OB, _mm512_maskz_loadu_ps(mk[t], xc + mo[t]));
+                }
+            }
+        }
+        k = (long)(ta + tn) * cg - k0; /* taps past QCC_PKT: one by one below */
+        tap = ta + tn;
+        ic = 0;
+    }
+#endif
+"""
+    masked_taps = "" if centered else """#if QCC_MASKED_PACK
         if (p->sw == 1 && pad == 0.0f) {
             __mmask16 mk[QCC_OB];
             long mo[QCC_OB];
@@ -312,7 +346,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
     int tap = (int)(k0 / cg);
     int ic = (int)(k0 % cg);
     long k = 0;
-    while (k < kc) {{
+{masked}    while (k < kc) {{
         const int dy = tap / p->kw * p->dh;
         const int dx = tap % p->kw * p->dw;
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
@@ -320,7 +354,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
         int ok[QCC_OB];
         int s, q, j, t0 = 0, t1 = 0;
         long base = 0;
-{masked}        if (nseg == 1) {{
+{masked_taps}        if (nseg == 1) {{
             const int len = sq[1];
             const int iy = soy[0] * p->sh - p->ph + dy;
             const int ix = sox[0] * p->sw - p->pw + dx;
@@ -445,27 +479,50 @@ def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name:
     if wide:
         ftile = micro(ks, w.name, elem, acc, wide=True)
         tiles = f"""for (o = 0; o < nb;) {{
-                            if (nb - o > QCC_FPB / 2) {{
-                                {ftile}(WROW(k0), {wb}, panel, QCC_OB, kc, part + o * QCC_OB, k0 == 0);
-                                o += QCC_FPB;
-                            }} else {{
-                                {tile}(WROW(k0), {wb}, panel, QCC_OB, kc, part + o * QCC_OB);
-                                o += QCC_PB;
-                            }}
-                        }}"""
+        if (nb - o > QCC_FPB / 2) {{
+            {ftile}(WROW(k0), {wb}, src, kb, kc, part + o * QCC_OB, k0 == 0);
+            o += QCC_FPB;
+        }} else {{
+            {tile}(WROW(k0), {wb}, src, kb, kc, part + o * QCC_OB);
+            o += QCC_PB;
+        }}
+    }}"""
         # only rows the QCC_PB-row kernel sums (a block's last rows, at most half of it) start at zero here
         zeroing = f"""if (nb % QCC_FPB != 0 && nb % QCC_FPB <= QCC_FPB / 2) {{
     for (j = (nb - nb % QCC_FPB) * QCC_OB; j < (nb - nb % QCC_FPB + QCC_FPB) * QCC_OB; ++j) {{
         part[j] = {zero};
     }}
 }}"""
+        # taps in chunks of equal size (288 = 3 x 96, not 128 + 128 + 32: the same sums, fewer short
+        # calls); a whole tile of a 1x1 layer over a flattened map (h = 1, stride 1, no padding) reads
+        # its input rows in place: no panel copy
+        chunks = f"""for (k0 = 0; k0 < kk; k0 += kcs) {{
+    const long kc = kk - k0 < kcs ? kk - k0 : kcs;
+    const int direct = flat && pn == QCC_OB;
+    const {elem} *restrict src = direct ? xg + k0 * hw + p0 : panel;
+    const long kb = direct ? hw : QCC_OB;
+    if (!direct) {{
+        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+    }}
+    {tiles}
+}}"""
+        setup = """    const long kcs = (kk + (kk + QCC_KC - 1) / QCC_KC - 1) / ((kk + QCC_KC - 1) / QCC_KC);
+    const long hw = (long)p->h * p->w;
+    const int flat = p->kh == 1 && p->kw == 1 && p->h == 1 && p->oh == 1 && p->sw == 1 && p->pw == 0;
+"""
     else:
+        setup = ""
+        tiles = f"""for (o = 0; o < nb; o += QCC_PB) {{
+        {tile}(WROW(k0), {wb}, panel, QCC_OB, kc, part + o * QCC_OB);
+    }}"""
+        chunks = f"""for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
+    const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
+    {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+    {tiles}
+}}"""
         zeroing = f"""for (j = 0; j < nb * QCC_OB; ++j) {{
     part[j] = {zero};
 }}"""
-        tiles = f"""for (o = 0; o < nb; o += QCC_PB) {{
-                            {tile}(WROW(k0), {wb}, panel, QCC_OB, kc, part + o * QCC_OB);
-                        }}"""
     for helper in ep.helpers:
         ks.helper(helper)
     params = "".join(f", {p}" for p in ep.params)
@@ -478,7 +535,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
     const int blocks = (og + {wb} - 1) / {wb};
-    {elem} panel[QCC_KC * QCC_OB];
+{setup}    {elem} panel[QCC_KC * QCC_OB];
     {acc} part[{os_} * QCC_OB];
     int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
     int n, g, ob0, q, o, j, nseg;
@@ -504,11 +561,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                         q += p->ow - sox[nseg] < pn - q ? p->ow - sox[nseg] : pn - q;
                     }}
                     sq[nseg] = pn;
-                    for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
-                        const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
-                        {tiles}
-                    }}
+{_indent(chunks, 20)}
                     for (o = 0; o < nb; ++o) {{
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;

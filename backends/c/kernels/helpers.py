@@ -145,6 +145,9 @@ static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
 #if defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS) && QCC_OB == 16
 #include <immintrin.h>
 #define QCC_MASKED_PACK 1
+#ifndef QCC_PKT
+#define QCC_PKT 16 /* taps whose masks a channel-by-channel fill keeps at once */
+#endif
 #else
 #define QCC_MASKED_PACK 0
 #endif

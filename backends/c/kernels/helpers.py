@@ -194,6 +194,14 @@ typedef struct {
 #endif
 #endif
 #define QCC_FOS ((QCC_OS + QCC_FWB - 1) / QCC_FWB * QCC_FWB)
+/* whole tiles of flattened 1x1 float layers read their input in place (no panel) with 16-row tiles */
+#ifndef QCC_FDIRECT
+#if QCC_FPB >= 16
+#define QCC_FDIRECT 1
+#else
+#define QCC_FDIRECT 0
+#endif
+#endif
 #ifndef QCC_ROW
 #define QCC_ROW 32
 #endif

@@ -140,8 +140,8 @@ static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
 }
 """, ("bcast",)),
     "masked_pack": ("""
-/* The float panel's stride-1 copies as AVX-512 masked loads (kernels/conv.py `pack`): lanes outside
-   the input neither read memory nor fault. -DQCC_NO_INTRINSICS keeps the C loops. */
+/* The float panel's stride-1 and stride-2 copies as AVX-512 masked loads (kernels/conv.py `pack`):
+   lanes outside the input neither read memory nor fault. -DQCC_NO_INTRINSICS keeps the C loops. */
 #if defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS) && QCC_OB == 16
 #include <immintrin.h>
 #define QCC_MASKED_PACK 1

@@ -252,7 +252,12 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
     model.graph.outputs = [n.outputs[0] for n in convs]  # Relu still reads c3x3 and long_sum: not fused
     x = rng.standard_normal((3, 6, 11, 13)).astype(np.float32)
     exe = build(model, tmp_path / "f", FLAGS[flags])
-    got = run_c(exe, x, out_size(model))
+    assert_within_sum_bounds(model, x, run_c(exe, x, out_size(model)), flags)
+
+
+def assert_within_sum_bounds(model: Model, x: np.ndarray, got: np.ndarray, label: str) -> None:
+    """Every Conv output (the graph's outputs, in node order) within Higham's bound of its float32
+    sum of products against a float64 convolution of what C computed for its input."""
     u = 2.0**-24
     offset = 0
     values: dict[int, np.ndarray] = {id(model.graph.inputs[0]): x.astype(np.float64)}
@@ -272,10 +277,64 @@ def test_float_kernels_stay_within_the_bound_of_their_sums(tmp_path: Path, flags
             mine = got[:, offset:offset + width].reshape(exact.shape).astype(np.float64)
             offset += width
             # the layer's own rounding, plus what its (already rounded) input carries from before
-            assert np.all(np.abs(mine - exact) <= gamma * magnitude + 1e-30), (node.name, flags)
+            assert np.all(np.abs(mine - exact) <= gamma * magnitude + 1e-30), (node.name, label)
             values[id(node.outputs[0])] = mine  # the next layer reads what C computed
         elif node.op == "Relu":
             values[id(node.outputs[0])] = np.maximum(inputs[0], 0)  # type: ignore[arg-type]
+
+
+def cpu_has_avx512f() -> bool:
+    try:
+        return "avx512f" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+def float_panel_model() -> Model:
+    """Float convolutions for each AVX-512 panel path: 32x32 maps (channel planes 4 KB apart: the
+    panel filled channel by channel; 180 taps in two chunks that split a tap), stride 2 (two masked
+    loads and a permute; padding on one side), an 8x8 map (tiles across rows), a flattened 1x1 layer
+    (whole tiles read in place), output channels of 20 and 17 (a 16-row block, then a short one)."""
+    rng = np.random.default_rng(31)
+    g = Graph("panels")
+    x = g.add_input("x", TensorType("float32", ("N", 6, 32, 32)))
+
+    def const(name: str, *shape: int) -> Value:
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+
+    c1 = g.add("Conv", x, const("w1", 20, 6, 3, 3), const("b1", 20), name="c1", pads=[1, 1, 1, 1])
+    c2 = g.add("Conv", c1, const("w2", 24, 20, 3, 3), name="c2", pads=[1, 1, 1, 1])
+    c3 = g.add("Conv", c2, const("w3", 18, 24, 3, 3), const("b3", 18), name="s2", strides=[2, 2], pads=[1, 0, 0, 1])
+    c4 = g.add("Conv", c3, const("w4", 16, 18, 3, 3), name="s2b", strides=[2, 2], pads=[1, 1, 1, 1])
+    c5 = g.add("Conv", c4, const("w5", 20, 16, 3, 3), const("b5", 20), name="rows8", pads=[1, 1, 1, 1])
+    c6 = g.add("Conv", c2, const("w6", 17, 24, 1, 1), const("b6", 17), name="pw")
+    g.outputs = [c1, c2, c3, c4, c5, c6]
+    return Model(g)
+
+
+def test_float_panel_paths_give_the_c_loops_bits(tmp_path: Path) -> None:
+    """The float tiles' AVX-512 paths (masked-load panels, channel-by-channel fill, in-place 1x1
+    tiles) give the bits of the C loops (-DQCC_NO_INTRINSICS -DQCC_FDIRECT=0), of tiny chunks,
+    output-channel groups and tap groups, and of a sanitized build: the same terms summed in the
+    same order, only copied differently; all within the bound of their sums. Without AVX-512 only
+    the bound is checked."""
+    model = float_panel_model()
+    x = np.random.default_rng(32).standard_normal((2, 6, 32, 32)).astype(np.float32)
+    size = out_size(model)
+    default = build(model, tmp_path / "d", FLAGS["native"])
+    got = run_c(default, x, size)
+    assert_within_sum_bounds(model, x, got, "native")
+    if not cpu_has_avx512f():
+        pytest.skip("this CPU has no AVX-512F: the masked-load paths are not compiled")
+    avx512 = ("-O3", "-mavx512f", "-mfma")
+    masked = run_c(build(model, tmp_path / "m", avx512), x, size)
+    assert_within_sum_bounds(model, x, masked, "avx512")
+    for name, flags in (("loops", (*avx512, "-DQCC_NO_INTRINSICS", "-DQCC_FDIRECT=0")),
+                        ("tiny", (*avx512, "-DQCC_KC=16", "-DQCC_OS=8", "-DQCC_PKT=2")),
+                        ("rows8", (*avx512, "-DQCC_FPB=8", "-DQCC_FDIRECT=1", "-DQCC_KC=40")),
+                        ("sanitized", (*SANITIZE, *avx512[1:], "-DQCC_KC=16", "-DQCC_PKT=2"))):
+        other = run_c(build(model, tmp_path / name, flags), x, size)
+        assert np.array_equal(masked.view(np.uint32), other.view(np.uint32)), name
 
 
 def residual_model() -> Model:

@@ -166,24 +166,31 @@ ROWS = (2, 4, 8)
 """The QCC_PB values the micro-kernels are written for (helpers picks one per instruction set):
 divisors of WB."""
 WB = 8
-"""Output channels per block of the float convolution's weights (`pack_conv_weights`)."""
+"""Output channels per block of the weights of the affine layers summed in float (`pack_conv_weights`)."""
+FWB = 16
+"""Output channels per block of the float convolution's weights (QCC_FWB): its micro-kernel keeps
+up to 16 channels x 16 positions in registers (QCC_FPB rows; 16 with AVX-512)."""
+FROWS = (2, 4, 8, 16)
+"""The QCC_FPB values the float convolution's micro-kernel is written for: divisors of FWB."""
 FB = 8
 """Output channels the fixed-point kernel computes at once (QCC_FB)."""
 
 
-def _per_rows(body: Callable[[int], str]) -> str:
-    """One function body per supported QCC_PB, selected by the preprocessor."""
-    parts = [f"#{'if' if i == 0 else 'elif'} QCC_PB == {pb}\n{body(pb)}" for i, pb in enumerate(ROWS)]
-    return "".join(parts) + "#else\n#error \"QCC_PB must be one of " + ", ".join(map(str, ROWS)) + "\"\n#endif\n"
+def _per_rows(body: Callable[[int], str], macro: str = "QCC_PB", rows: tuple[int, ...] = ROWS) -> str:
+    """One function body per supported row count (`macro`), selected by the preprocessor."""
+    parts = [f"#{'if' if i == 0 else 'elif'} {macro} == {pb}\n{body(pb)}" for i, pb in enumerate(rows)]
+    return "".join(parts) + f"#else\n#error \"{macro} must be one of " + ", ".join(map(str, rows)) + "\"\n#endif\n"
 
 
-def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
+def micro(ks: KernelSet, a: str, b: str, acc: str, wide: bool = False) -> str:
     """acc[q][j] += a[k][q] * b[k][j] for k < kc: QCC_PB rows of QCC_OB accumulators, the inner loop
     over the QCC_OB columns (one body per supported QCC_PB, chosen by the preprocessor). Row k of
     `a` starts at a + k * ka (its QCC_PB values are broadcast), row k of `b` at b + k * kb.
     Convolutions pass their weights (blocks of WB output channels) as `a` and the input (or a panel
-    of it) as `b`. Float multiply-adds are fused when the target has a fast fmaf (QCC_MADD)."""
-    name = f"qcc_tile_{_short(a)}_{_short(b)}"
+    of it) as `b`. Float multiply-adds are fused when the target has a fast fmaf (QCC_MADD).
+    `wide`: QCC_FPB rows (up to 16) instead of QCC_PB, for the float convolution's blocks of FWB, and
+    a `first` flag that starts the sums at zero instead of reading them (no zeroing pass per tile)."""
+    name = f"qcc_{'ftile' if wide else 'tile'}_{_short(a)}_{_short(b)}"
     madd = "QCC_MADD(x{q}, bk[j], a{q}[j])" if acc == "float" else "a{q}[j] + x{q} * bk[j]"
     if acc == "float":
         ks.helper("madd")
@@ -195,13 +202,22 @@ def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
         store = "\n".join(f"        acc[{q} * QCC_OB + j] = a{q}[j];" for q in rs)
         xs = "\n".join(f"        const {acc} x{q} = ak[{q}];" for q in rs)
         mac = "\n".join(f"            a{q}[j] = {madd.format(q=q)};" for q in rs)
+        zero = "\n".join(f"        a{q}[j] = ({acc})0;" for q in rs)
+        start = f"""    if (first) {{
+        for (j = 0; j < QCC_OB; ++j) {{
+{_indent(zero, 4)}        }}
+    }} else {{
+        for (j = 0; j < QCC_OB; ++j) {{
+{_indent(load, 4)}        }}
+    }}
+""" if wide else f"""    for (j = 0; j < QCC_OB; ++j) {{
+{load}
+    }}
+"""
         return f"""    {decl}
     long k;
     int j;
-    for (j = 0; j < QCC_OB; ++j) {{
-{load}
-    }}
-    for (k = 0; k < kc; ++k) {{
+{start}    for (k = 0; k < kc; ++k) {{
         const {a} *restrict ak = a + k * ka;
         const {b} *restrict bk = b + k * kb;
 {xs}
@@ -214,27 +230,27 @@ def micro(ks: KernelSet, a: str, b: str, acc: str) -> str:
     }}
 """
     return ks.kernel(name, lambda: f"""
-/* acc[q][j] += a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
-QCC_DISPATCH static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc)
+/* acc[q][j] {"= (first ? 0 : acc[q][j]) +" if wide else "+="} a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
+QCC_DISPATCH {"QCC_NOINLINE " if wide else ""}static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc{", int first" if wide else ""})
 {{
-{_per_rows(body)}}}
-""", ("conv_t",))
+{_per_rows(body, "QCC_FPB", FROWS) if wide else _per_rows(body)}}}
+""", ("conv_t", "noinline") if wide else ("conv_t",))
 
 
 # ---------------------------------------------------------------- float convolution
 
 
-def pack_conv_weights(w: np.ndarray, group: int) -> np.ndarray:
-    """OIHW float weights -> per group, blocks of WB output channels (zero-padded), each `[k][WB]`
+def pack_conv_weights(w: np.ndarray, group: int, wb: int = WB) -> np.ndarray:
+    """OIHW float weights -> per group, blocks of `wb` output channels (zero-padded), each `[k][wb]`
     with k running over (ky, kx, input channel): the order of the panel's rows. The micro-kernel
-    broadcasts QCC_PB consecutive values of a row."""
+    broadcasts QCC_PB (QCC_FPB) consecutive values of a row. Float layers take wb = FWB."""
     o, cg, kh, kw = w.shape
     og = o // group
-    blocks = -(-og // WB)
+    blocks = -(-og // wb)
     per = np.asarray(w).reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, -1)
-    padded = np.zeros((group, blocks * WB, per.shape[2]), dtype=per.dtype)
+    padded = np.zeros((group, blocks * wb, per.shape[2]), dtype=per.dtype)
     padded[:, :og] = per
-    return padded.reshape(group, blocks, WB, -1).transpose(0, 1, 3, 2).reshape(-1)
+    return padded.reshape(group, blocks, wb, -1).transpose(0, 1, 3, 2).reshape(-1)
 
 
 def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
@@ -253,6 +269,104 @@ def pack(ks: KernelSet, x: CType, panel: str | None = None) -> str:
     def val(expr: str) -> str:
         return f"({elem})((int32_t){expr} - zx)" if centered else expr
 
+    # float, stride 1 or 2, AVX-512: per segment one masked load (stride 2: two, then their even
+    # elements; lanes outside the input read nothing and hold +0.0f, the float padding) instead of the
+    # clipped copies, memcpy/memset calls and gathers.
+    # Planes a multiple of 4 KB apart (a 32x32 map) put every channel's line of a tile into the same
+    # L1 set, so tap by tap each line is evicted before the next tap reads it again: there one row
+    # segment is filled channel by channel, each channel's taps at once (measured alone: 2.4x faster)
+    masked = "" if centered else """#if QCC_MASKED_PACK
+    if (p->sw == 1 && pad == 0.0f && nseg == 1 && hw % 1024 == 0) {
+        const int ta = tap;
+        const int tl = (int)((k0 + kc - 1) / cg) + 1;
+        const int tn = tl - ta < QCC_PKT ? tl - ta : QCC_PKT;
+        __mmask16 mk[QCC_PKT];
+        long mo[QCC_PKT];
+        int t, c;
+        for (t = 0; t < tn; ++t) {
+            const int iy = soy[0] * p->sh - p->ph + (ta + t) / p->kw * p->dh;
+            const int ix = sox[0] - p->pw + (ta + t) % p->kw * p->dw;
+            const int lo = ix >= 0 ? 0 : -ix;
+            const int hi = p->w - ix < sq[1] ? p->w - ix : sq[1];
+            mk[t] = (__mmask16)(iy < 0 || iy >= p->h || hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u));
+            mo[t] = (long)iy * p->w + ix;
+        }
+        for (c = 0; c < cg; ++c) {
+            const float *restrict xc = x + (long)c * hw;
+            for (t = 0; t < tn; ++t) {
+                const long kt = (long)(ta + t) * cg + c - k0;
+                if (kt >= 0 && kt < kc) {
+                    _mm512_storeu_ps(panel + kt * QCC_OB, _mm512_maskz_loadu_ps(mk[t], xc + mo[t]));
+                }
+            }
+        }
+        k = (long)(ta + tn) * cg - k0; /* taps past QCC_PKT: one by one below */
+        tap = ta + tn;
+        ic = 0;
+    }
+#endif
+"""
+    masked_taps = "" if centered else """#if QCC_MASKED_PACK
+        if (p->sw == 1 && pad == 0.0f) {
+            __mmask16 mk[QCC_OB];
+            long mo[QCC_OB];
+            for (s = 0; s < nseg; ++s) {
+                const int iy = soy[s] * p->sh - p->ph + dy;
+                const int ix = sox[s] - p->pw + dx; /* the input column of position sq[s] */
+                const int lo = ix >= 0 ? sq[s] : sq[s] - ix;
+                const int hi = p->w - ix < sq[s + 1] - sq[s] ? sq[s] + p->w - ix : sq[s + 1];
+                mk[s] = (__mmask16)(iy < 0 || iy >= p->h || hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u));
+                mo[s] = (long)iy * p->w + ix - sq[s];
+            }
+            for (j = 0; j < n; ++j) {
+                const float *restrict xc = x + (long)(ic + j) * hw;
+                __m512 v = _mm512_maskz_loadu_ps(mk[0], xc + mo[0]);
+                for (s = 1; s < nseg; ++s) {
+                    v = _mm512_mask_loadu_ps(v, mk[s], xc + mo[s]);
+                }
+                _mm512_storeu_ps(panel + (k + j) * QCC_OB, v);
+            }
+            k += n;
+            ic = 0;
+            ++tap;
+            continue;
+        }
+        if (p->sw == 2 && pad == 0.0f) { /* 32 inputs (masked), their even elements */
+            const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            __mmask16 pm[QCC_OB], e0[QCC_OB], e1[QCC_OB];
+            long mo[QCC_OB];
+            for (s = 0; s < nseg; ++s) {
+                const int iy = soy[s] * p->sh - p->ph + dy;
+                const int ix = sox[s] * 2 - p->pw + dx; /* the input column of position sq[s] */
+                const int lo = ix >= 0 ? sq[s] : sq[s] + (1 - ix) / 2;
+                const int in = p->w - ix > 0 ? (p->w - ix + 1) / 2 : 0; /* positions from sq[s] inside */
+                const int hi = in < sq[s + 1] - sq[s] ? sq[s] + in : sq[s + 1];
+                /* elements 2 lo .. 2 hi - 2 relative to position 0 (all inside the row) */
+                const unsigned em = iy < 0 || iy >= p->h || hi <= lo ? 0u
+                    : (2 * hi - 1 >= 32 ? 0xffffffffu : (1u << (2 * hi - 1)) - 1u) & ~((1u << (2 * lo)) - 1u);
+                pm[s] = (__mmask16)(em == 0u ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u));
+                e0[s] = (__mmask16)(em & 0xffffu);
+                e1[s] = (__mmask16)(em >> 16);
+                mo[s] = (long)iy * p->w + ix - 2L * sq[s];
+            }
+            for (j = 0; j < n; ++j) {
+                const float *restrict xc = x + (long)(ic + j) * hw;
+                __m512 v = _mm512_setzero_ps();
+                for (s = 0; s < nseg; ++s) {
+                    const __m512 a = _mm512_maskz_loadu_ps(e0[s], xc + mo[s]);
+                    const __m512 b = _mm512_maskz_loadu_ps(e1[s], xc + mo[s] + 16);
+                    v = _mm512_mask_mov_ps(v, pm[s], _mm512_permutex2var_ps(a, even, b));
+                }
+                _mm512_storeu_ps(panel + (k + j) * QCC_OB, v);
+            }
+            k += n;
+            ic = 0;
+            ++tap;
+            continue;
+        }
+#endif
+"""
+
     return ks.kernel(name, lambda: f"""
 /* panel[k][q] = x at tap (ky, kx), input channel ic of output position q, for k0 <= k < k0 + kc
    with k = (ky * kw + kx) * cg + ic; positions outside the input (or past the map) read `pad`.
@@ -266,7 +380,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
     int tap = (int)(k0 / cg);
     int ic = (int)(k0 % cg);
     long k = 0;
-    while (k < kc) {{
+{masked}    while (k < kc) {{
         const int dy = tap / p->kw * p->dh;
         const int dx = tap % p->kw * p->dw;
         const int n = (int)(cg - ic < kc - k ? cg - ic : kc - k);
@@ -274,7 +388,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
         int ok[QCC_OB];
         int s, q, j, t0 = 0, t1 = 0;
         long base = 0;
-        if (nseg == 1) {{
+{masked_taps}        if (nseg == 1) {{
             const int len = sq[1];
             const int iy = soy[0] * p->sh - p->ph + dy;
             const int ix = sox[0] * p->sw - p->pw + dx;
@@ -347,7 +461,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, {elem} *restrict pan
         ++tap;
     }}
 }}
-""", ("conv_t",))
+""", ("conv_t", "masked_pack") if not centered else ("conv_t",))
 
 
 def conv_affine_exact_float(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
@@ -379,15 +493,14 @@ def conv_float(ks: KernelSet, ep: Epilogue) -> str:
 def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name: str) -> str:
     """The tiled kernel: float, or affine integers summed exactly in float (`conv_affine_exact_float`)
     on a panel of centered inputs (padding 0, the real zero); no horizontal sum (layers with few taps
-    per output, where the dot products' sums dominate)."""
+    per output, where the dot products' sums dominate). Float layers take weight blocks of FWB output
+    channels and the QCC_FPB-row micro-kernel (16 x 16 sums with AVX-512: 16 independent FMA chains
+    per panel load instead of 8), the QCC_PB-row one for a block's last rows when at most half remain."""
     affine = x.affine is not None
     acc = "float"
     elem = acc if affine else x.name
     packer = pack(ks, x, elem if affine else None)
     tile = micro(ks, w.name, elem, acc)
-    for helper in ep.helpers:
-        ks.helper(helper)
-    params = "".join(f", {p}" for p in ep.params)
     v_t = "int32_t" if affine else "float"
     if affine:
         extra = (", int32_t zx, const int32_t *restrict bias, const int32_t *restrict mult, "
@@ -395,6 +508,64 @@ def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name:
         bias, pad, zero = "", "0, zx", "0"
     else:
         extra, bias, pad, zero = "", ", const float *restrict b", "0.0f", "0.0f"
+    wide = not affine
+    wb, os_ = ("QCC_FWB", "osz") if wide else ("QCC_WB", "QCC_OS")
+    if wide:
+        ftile = micro(ks, w.name, elem, acc, wide=True)
+        tiles = f"""for (o = 0; o < nb;) {{
+        if (nb - o > QCC_FPB / 2) {{
+            {ftile}(WROW(k0), {wb}, src, kb, kc, part + o * QCC_OB, k0 == 0);
+            o += QCC_FPB;
+        }} else {{
+            {tile}(WROW(k0), {wb}, src, kb, kc, part + o * QCC_OB);
+            o += QCC_PB;
+        }}
+    }}"""
+        # only rows the QCC_PB-row kernel sums (a block's last rows, at most half of it) start at zero here
+        zeroing = f"""if (nb % QCC_FPB != 0 && nb % QCC_FPB <= QCC_FPB / 2) {{
+    for (j = (nb - nb % QCC_FPB) * QCC_OB; j < (nb - nb % QCC_FPB + QCC_FPB) * QCC_OB; ++j) {{
+        part[j] = {zero};
+    }}
+}}"""
+        # taps in chunks of equal size (288 = 3 x 96, not 128 + 128 + 32: the same sums, fewer short
+        # calls); a whole tile of a 1x1 layer over a flattened map (h = 1, stride 1, no padding) reads
+        # its input rows in place: no panel copy (QCC_FDIRECT: with 16-row tiles; with 4 rows every
+        # input line is read by four calls, and the panel was faster: portable resnet23 1.22x slower)
+        chunks = f"""for (k0 = 0; k0 < kk; k0 += kcs) {{
+    const long kc = kk - k0 < kcs ? kk - k0 : kcs;
+    const int direct = flat && pn == QCC_OB;
+    const {elem} *restrict src = direct ? xg + k0 * hw + p0 : panel;
+    const long kb = direct ? hw : QCC_OB;
+    if (!direct) {{
+        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+    }}
+    {tiles}
+}}"""
+        # output planes a multiple of 4 KB apart put a tile's output lines (one per channel) into one
+        # L1 set: short sums (a first layer, 1x1 on 32 channels) store 16 channels per pass over the
+        # map, repacking their few taps per pass (resnet23 native 0.93x; the same sums; with 4-row
+        # tiles, portable, 1.03x slower: 16-row tiles only)
+        setup = """    const int osz = QCC_FPB >= 16 && kk <= 32 && npix % 1024 == 0 ? QCC_FWB : QCC_FOS;
+    const long kcs = (kk + (kk + QCC_KC - 1) / QCC_KC - 1) / ((kk + QCC_KC - 1) / QCC_KC);
+    const long hw = (long)p->h * p->w;
+    const int flat = QCC_FDIRECT && p->kh == 1 && p->kw == 1 && p->h == 1 && p->oh == 1 && p->sw == 1 && p->pw == 0;
+"""
+    else:
+        setup = ""
+        tiles = f"""for (o = 0; o < nb; o += QCC_PB) {{
+        {tile}(WROW(k0), {wb}, panel, QCC_OB, kc, part + o * QCC_OB);
+    }}"""
+        chunks = f"""for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
+    const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
+    {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
+    {tiles}
+}}"""
+        zeroing = f"""for (j = 0; j < nb * QCC_OB; ++j) {{
+    part[j] = {zero};
+}}"""
+    for helper in ep.helpers:
+        ks.helper(helper)
+    params = "".join(f", {p}" for p in ep.params)
     return ks.kernel(name, lambda: f"""
 QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
     const qcc_conv_t *restrict p{extra}{params})
@@ -403,25 +574,23 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
     const int og = p->o / p->group;
     const long npix = (long)p->oh * p->ow;
     const long kk = (long)cg * p->kh * p->kw;
-    const int blocks = (og + QCC_WB - 1) / QCC_WB;
-    {elem} panel[QCC_KC * QCC_OB];
-    {acc} part[QCC_OS * QCC_OB];
+    const int blocks = (og + {wb} - 1) / {wb};
+{setup}    {elem} panel[QCC_KC * QCC_OB];
+    {acc} part[{"QCC_FOS" if wide else "QCC_OS"} * QCC_OB];
     int sq[QCC_OB + 1], soy[QCC_OB], sox[QCC_OB];
     int n, g, ob0, q, o, j, nseg;
     long p0, k0;
-    /* weights of output channels ob0 + o .. (a multiple of QCC_PB inside their block of QCC_WB), tap k */
-#define WROW(k) (wg + ((long)(ob0 + o) / QCC_WB * kk + (k)) * QCC_WB + (ob0 + o) % QCC_WB)
+    /* weights of output channels ob0 + o .. (a multiple of the rows inside their block of {wb}), tap k */
+#define WROW(k) (wg + ((long)(ob0 + o) / {wb} * kk + (k)) * {wb} + (ob0 + o) % {wb})
     for (n = 0; n < p->n; ++n) {{
         for (g = 0; g < p->group; ++g) {{
             const {x.name} *restrict xg = x + ((long)n * p->c + (long)g * cg) * p->h * p->w;
-            const {w.name} *restrict wg = w + (long)g * blocks * QCC_WB * kk;
-            for (ob0 = 0; ob0 < og; ob0 += QCC_OS) {{
-                const int nb = og - ob0 < QCC_OS ? og - ob0 : QCC_OS;
+            const {w.name} *restrict wg = w + (long)g * blocks * {wb} * kk;
+            for (ob0 = 0; ob0 < og; ob0 += {os_}) {{
+                const int nb = og - ob0 < {os_} ? og - ob0 : {os_};
                 for (p0 = 0; p0 < npix; p0 += QCC_OB) {{
                     const int pn = npix - p0 < QCC_OB ? (int)(npix - p0) : QCC_OB;
-                    for (j = 0; j < nb * QCC_OB; ++j) {{
-                        part[j] = {zero};
-                    }}
+{_indent(zeroing, 20)}
                     /* the tile's row segments (positions past pn belong to none: padding) */
                     nseg = 0;
                     for (q = 0; q < pn; ++nseg) {{
@@ -432,13 +601,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                         q += p->ow - sox[nseg] < pn - q ? p->ow - sox[nseg] : pn - q;
                     }}
                     sq[nseg] = pn;
-                    for (k0 = 0; k0 < kk; k0 += QCC_KC) {{
-                        const long kc = kk - k0 < QCC_KC ? kk - k0 : QCC_KC;
-                        {packer}(xg, panel, p, nseg, sq, soy, sox, k0, kc, {pad});
-                        for (o = 0; o < nb; o += QCC_PB) {{
-                            {tile}(WROW(k0), QCC_WB, panel, QCC_OB, kc, part + o * QCC_OB);
-                        }}
-                    }}
+{_indent(chunks, 20)}
                     for (o = 0; o < nb; ++o) {{
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;

@@ -139,6 +139,19 @@ static void qcc_bcast_next(const qcc_bcast_t *p, long *idx, long *ia, long *ib)
     }
 }
 """, ("bcast",)),
+    "masked_pack": ("""
+/* The float panel's stride-1 and stride-2 copies as AVX-512 masked loads (kernels/conv.py `pack`):
+   lanes outside the input neither read memory nor fault. -DQCC_NO_INTRINSICS keeps the C loops. */
+#if defined(__AVX512F__) && !defined(QCC_NO_INTRINSICS) && QCC_OB == 16
+#include <immintrin.h>
+#define QCC_MASKED_PACK 1
+#ifndef QCC_PKT
+#define QCC_PKT 16 /* taps whose masks a channel-by-channel fill keeps at once */
+#endif
+#else
+#define QCC_MASKED_PACK 0
+#endif
+""", ("conv_t",)),
     "perm": ("""
 /* Transpose: output shape and, per output axis, the input stride it walks. */
 typedef struct {
@@ -168,6 +181,26 @@ typedef struct {
 #endif
 #ifndef QCC_OS
 #define QCC_OS 64
+#endif
+/* float convolutions: weight blocks of QCC_FWB output channels, QCC_FPB of them per micro-kernel
+   call (16 x 16 sums in 16 of the 32 registers with AVX-512: 16 FMA chains hide the latency that
+   8 did not; elsewhere QCC_PB), QCC_OS rounded up to whole blocks */
+#define QCC_FWB 16
+#ifndef QCC_FPB
+#if defined(__AVX512F__)
+#define QCC_FPB 16
+#else
+#define QCC_FPB QCC_PB
+#endif
+#endif
+#define QCC_FOS ((QCC_OS + QCC_FWB - 1) / QCC_FWB * QCC_FWB)
+/* whole tiles of flattened 1x1 float layers read their input in place (no panel) with 16-row tiles */
+#ifndef QCC_FDIRECT
+#if QCC_FPB >= 16
+#define QCC_FDIRECT 1
+#else
+#define QCC_FDIRECT 0
+#endif
 #endif
 #ifndef QCC_ROW
 #define QCC_ROW 32
@@ -240,6 +273,15 @@ typedef struct {
 #define QCC_VECTOR_LOOP _Pragma("GCC unroll 1")
 #else
 #define QCC_VECTOR_LOOP
+#endif
+""", ()),
+    "noinline": ("""
+/* A micro-kernel kept out of line: inlined into a convolution's loops (a model with one float
+   convolution kernel), GCC 12 kept its 16 vector sums on the stack (squeezenet float 1.07x slower). */
+#if defined(__GNUC__)
+#define QCC_NOINLINE __attribute__((noinline))
+#else
+#define QCC_NOINLINE
 #endif
 """, ()),
     "dispatch": ("""

@@ -99,8 +99,8 @@ def _conv(lw: Lowering, node: Node) -> Step:
         weights = lw.const(w, node)
     else:
         fn = KC.conv_float(lw.kernels, ep)
-        weights = lw.array(KC.pack_conv_weights(np.asarray(stored, dtype=np.float32), group), FLOAT,
-                           f"qcc_w_{node.name}", f"{comment}, blocks of {KC.WB} output channels by taps "
+        weights = lw.array(KC.pack_conv_weights(np.asarray(stored, dtype=np.float32), group, KC.FWB), FLOAT,
+                           f"qcc_w_{node.name}", f"{comment}, blocks of {KC.FWB} output channels by taps "
                            "(ky, kx, input channel)")
     return Step(node, [Call(fn, (Ptr(x), weights, bias, Ptr(y), params, *extra))])
 

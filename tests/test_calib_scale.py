@@ -107,6 +107,29 @@ def test_sharded_statistics_are_identical(model_file: Path, data: dict[str, np.n
         assert sharded == single
 
 
+def test_local_workers_take_several_shards_each(model_file: Path, data: dict[str, np.ndarray],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked pool hands shards out as its workers free up: each local worker gets several
+    (contiguous, in sample order, all samples once), and the statistics stay the single process's."""
+    from qcc.pm.parallel import BALANCE
+
+    model = load(str(model_file))
+    sizes: list[int] = []
+    spread = Workers.map
+
+    def spy(self: Workers, fn: Any, items: Any) -> Any:
+        sizes.extend(len(item.feeds["x"]) for item in items)
+        firsts = [item.feeds["x"][0] for item in items]
+        starts = np.cumsum([0, *sizes[:-1]])
+        assert all(np.array_equal(f, data["x"][a]) for f, a in zip(firsts, starts))
+        return spread(self, fn, items)
+
+    monkeypatch.setattr(Workers, "map", spy)
+    sharded = collect_sharded(model, data, 1, Workers(2)).to_dict()
+    assert len(sizes) == min(2 * BALANCE, SAMPLES) > 2 and sum(sizes) == SAMPLES
+    assert sharded == collect(model, data, 1).to_dict()
+
+
 def test_engines_agree_within_float_rounding(model_file: Path, data: dict[str, np.ndarray]) -> None:
     """numpy and onnxruntime sum the same products in different orders: each float32 result may
     differ by a few units in the last place of the sums involved (27-72 products, |terms| <= absmax),

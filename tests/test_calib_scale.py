@@ -348,7 +348,7 @@ def test_sharded_bias_correction_is_identical(model_file: Path, data: dict[str, 
     assert all(np.array_equal(single[k], sharded[k]) for k in single)
 
 
-def test_bias_correction_sums_do_not_depend_on_blas_threads(tmp_path: Path) -> None:
+def test_measurements_do_not_depend_on_blas_threads(tmp_path: Path) -> None:
     """OpenBLAS's sgemm sums in an order that depends on its thread count: a worker (one thread,
     or cores / N) must measure what this process measures with all its threads, so the
     measurement runs at one BLAS thread wherever it runs. Products large enough for OpenBLAS to
@@ -364,6 +364,15 @@ def test_bias_correction_sums_do_not_depend_on_blas_threads(tmp_path: Path) -> N
             got.append(bias_correct.own_errors(model, layers, parts))
     assert got[0].keys() == got[1].keys() and len(got[0]) == 3
     assert all(np.array_equal(got[0][k], got[1][k]) for k in got[0])
+    # the sensitivity ranking's scores likewise (a worker's score is this process's)
+    from qcc.passes.sensitivity import find_layers, layer_scores
+
+    layered = find_layers(model)
+    scores = []
+    for threads in (max(2, os.cpu_count() or 1), 1):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            scores.append(layer_scores(model, layered, data, 1))
+    assert len(scores[0]) >= 4 and all(scores[0]) and scores[0] == scores[1]
 
 
 def quantized_batches(model_file: Path, data: dict[str, np.ndarray]) -> tuple[Model, list[Any], list[Any]]:

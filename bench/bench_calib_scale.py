@@ -26,7 +26,10 @@ wall time.
    (qcc.pm.cluster), which no process's RSS shows.
 
 Run: .venv/bin/python bench/bench_calib_scale.py [--parts floor,rss,workers] [--repeat 3]
-     [--floor-samples 8] [--workers-samples 160] [--one-thread-row] [--no-write]
+     [--floor-samples 8] [--workers-samples 160] [--one-thread-row] [--no-write] [--base DIR]
+With --base DIR (a plain tree of another commit, with the qcc/passes and qcc/backends symlinks
+bench/ab_calib_floor.py describes), the workers part also runs that checkout's 1 process,
+--workers 2 and --cluster (its own LocalCluster) interleaved with these.
 Results are printed and written to docs/benchmarks.md under "## Calibration at scale".
 """
 
@@ -165,13 +168,14 @@ def _shm_mb() -> float:
     return total / 2**20
 
 
-def timed_process(argv: list[str], also: Sequence[int] = (), env: dict[str, str] | None = None) -> dict[str, Any]:
+def timed_process(argv: list[str], also: Sequence[int] = (), env: dict[str, str] | None = None,
+                  cwd: Path = ROOT) -> dict[str, Any]:
     """Wall, CPU (the process and its waited children, + what the `also` pids spent meanwhile) and
     peak RSS of the tree (+ the `also` pids and the arrays filed in /dev/shm)."""
     peak = [0.0]
     cpu_before = _cpu_of(also)
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     done = threading.Event()
 
     def poll() -> None:
@@ -232,52 +236,82 @@ def part_rss(counts: list[int]) -> list[str]:
     return [*lines, ""]
 
 
-def part_workers(work: Path, samples: int, repeat: int, one_thread_row: bool) -> list[str]:
-    from compare_ort_quant import light_model, random_input
+def _local_cluster(root: Path) -> Any:
+    """2 single-thread Dask workers that import qcc from `root` (spawned: they inherit this
+    process's sys.path and working directory as they are meanwhile)."""
     from distributed import LocalCluster
+
+    here, path = os.getcwd(), list(sys.path)
+    os.chdir(root)
+    sys.path.insert(0, str(root))
+    try:
+        return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    finally:
+        os.chdir(here)
+        sys.path[:] = path
+
+
+def part_workers(work: Path, samples: int, repeat: int, one_thread_row: bool, base: Path | None = None) -> list[str]:
+    from compare_ort_quant import light_model, random_input
 
     path = work / "light_resnet50.onnx"
     input_name, dims = light_model("resnet50", path)
     calib = work / "calib.npz"
     np.savez(calib, **{input_name: random_input((samples, *dims[1:]), seed=0)})
-    base = [sys.executable, "-m", "qcc", "compile", str(path), "--quantize", "int8", "--calib", str(calib), "-q"]
-    os.environ.clear()  # the compiles and the Dask workers run with compiled bytecode (bench/bytecode.py)
-    os.environ.update(compiled_env(work))
+    command = [sys.executable, "-m", "qcc", "compile", str(path), "--quantize", "int8", "--calib", str(calib), "-q"]
+    # the compiles and the Dask workers run with compiled bytecode (bench/bytecode.py), in this
+    # environment otherwise (computed before the clear: it once ran them with PYTHONPYCACHEPREFIX
+    # alone, without the machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, i.e. other sgemm bits)
+    compiled = compiled_env(work)
+    os.environ.clear()
+    os.environ.update(compiled)
     environment = dict(os.environ)
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    if base is not None:  # its bytecode compiled too, as this checkout's
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "qcc", "passes", "backends"], cwd=base,
+                       env=environment, check=True, stdout=subprocess.DEVNULL)
+    clusters = {ROOT: _local_cluster(ROOT), **({base: _local_cluster(base)} if base is not None else {})}
     # Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536 in this process's environment for their workers;
     # a timed `qcc compile` that inherited it paid a page fault per activation page (2.4x slower alone)
     os.environ.clear()
     os.environ.update(environment)
-    pids = [int(w.process.pid) for w in cluster.workers.values()]  # type: ignore[union-attr]
+    pids = {root: [int(w.process.pid) for w in c.workers.values()] for root, c in clusters.items()}  # type: ignore[union-attr]
     one_thread = {**environment, **{k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
-    configs: dict[str, tuple[list[str], dict[str, str] | None]] = {"1 process (default)": (["--workers", "1"], None)}
+    Config = tuple[list[str], dict[str, str] | None, Path]
+    configs: dict[str, Config] = {"1 process (default)": (["--workers", "1"], None, ROOT)}
     if one_thread_row:
-        configs["1 process, 1 BLAS thread (a worker's budget, not the default)"] = (["--workers", "1"], one_thread)
-    configs["--workers 2"] = (["--workers", "2"], None)
-    configs["--cluster (Dask, 2 workers)"] = (["--cluster", cluster.scheduler_address], None)
+        configs["1 process, 1 BLAS thread (a worker's budget, not the default)"] = (["--workers", "1"], one_thread, ROOT)
+    configs["--workers 2"] = (["--workers", "2"], None, ROOT)
+    configs["--cluster (Dask, 2 workers)"] = (["--cluster", clusters[ROOT].scheduler_address], None, ROOT)
+    if base is not None:  # the other checkout's runs, interleaved with these (qcc imported from its tree)
+        configs["base: 1 process"] = (["--workers", "1"], None, base)
+        configs["base: --workers 2"] = (["--workers", "2"], None, base)
+        configs["base: --cluster (Dask, 2 workers)"] = (["--cluster", clusters[base].scheduler_address], None, base)
     got: dict[str, list[dict[str, Any]]] = {k: [] for k in configs}
     outputs: dict[str, bytes] = {}
     try:
         for _ in range(repeat):
-            for label, (flags, env) in configs.items():
+            for label, (flags, env, root) in configs.items():
                 out = work / f"out_{len(outputs)}.onnx"
-                got[label].append(timed_process([*base, "-o", str(out), *flags],
-                                                pids if "cluster" in label else [], env))
+                got[label].append(timed_process([*command, "-o", str(out), *flags],
+                                                pids[root] if "cluster" in label else [], env, root))
                 outputs[label] = out.read_bytes()
                 out.unlink()
     finally:
-        cluster.close()
+        for cluster in clusters.values():
+            cluster.close()
     first = outputs["1 process (default)"]
+    first_base = outputs.get("base: 1 process", first)
     lines = [f"### Sharded calibration: light_resnet50, {samples} samples, qcc compile --quantize int8 "
              f"({repeat} repetitions)", "",
              "| run | wall s | CPU s (whole tree, Dask workers included) | cores used (CPU / wall) | "
-             "speed-up (wall, pairwise, vs the default 1 process) | peak RSS MB (tree + /dev/shm) | output bytes |",
+             "speed-up (wall, pairwise, vs the same checkout's 1 process) | peak RSS MB (tree + /dev/shm) | "
+             "output bytes (vs the same checkout's 1 process) |",
              "|---|---|---|---|---|---|---|"]
     for label in configs:
         rows = got[label]
-        speed = [b["wall"] / r["wall"] for r, b in zip(rows, got["1 process (default)"])]
-        same = "identical" if outputs[label] == first else "DIFFERENT"
+        anchor = "base: 1 process" if label.startswith("base") else "1 process (default)"
+        speed = [b["wall"] / r["wall"] for r, b in zip(rows, got[anchor])]
+        same = "identical" if outputs[label] == (first_base if label.startswith("base") else first) else "DIFFERENT"
         lines.append(f"| {label} | {spread([r['wall'] for r in rows])} | {spread([r['cpu'] for r in rows])} | "
                      f"{spread([r['cpu'] / r['wall'] for r in rows])} | {spread(speed)} | "
                      f"{spread([r['rss'] for r in rows], '{:.0f}')} | {same} |")
@@ -317,6 +351,8 @@ def main() -> None:
     ap.add_argument("--one-thread-row", action="store_true",
                     help="also the single process with one BLAS thread (a worker's budget; labelled, not the baseline)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--base", type=Path, help="another checkout (a plain tree with qcc/passes and qcc/backends "
+                    "symlinks, as bench/ab_calib_floor.py's) whose workers rows run interleaved with these")
     ap.add_argument("--floor-worker", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--rss-worker", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -337,7 +373,7 @@ def main() -> None:
         if "rss" in parts:
             lines += part_rss([int(n) for n in args.rss_samples.split(",")])
         if "workers" in parts:
-            lines += part_workers(work, args.workers_samples, args.repeat, args.one_thread_row)
+            lines += part_workers(work, args.workers_samples, args.repeat, args.one_thread_row, args.base)
     print("\n".join(lines))
     if not args.no_write:
         write_section(lines, args)

@@ -132,6 +132,20 @@ class AccuracyControl(Pass):
             wave = []
 
     def _metric(self, model: Model, ctx: PassContext) -> tuple[Callable[[bool], float], str]:
+        """The metric, measured at one BLAS thread in this process as in a worker (OpenBLAS's sums
+        depend on its thread count: `qcc.sim.split.one_blas_thread`), so a sharded search sees
+        the single process's values."""
+        measure, what = self._plain_metric(model, ctx)
+
+        def at_one_thread(quantized: bool) -> float:
+            from qcc.sim.split import one_blas_thread
+
+            with one_blas_thread():
+                return measure(quantized)
+
+        return at_one_thread, what
+
+    def _plain_metric(self, model: Model, ctx: PassContext) -> tuple[Callable[[bool], float], str]:
         from qcc.sim.interpreter import run_batched
 
         user = ctx.metric

@@ -174,8 +174,10 @@ def _measure_shard(shard: _ErrorShard) -> list[dict[int, ChannelMean]]:
 
 
 def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]]) -> list[dict[int, ChannelMean]]:
-    """Per batch, per layer index: the sums and counts of that batch's errors."""
+    """Per batch, per layer index: the sums and counts of that batch's errors. BLAS at one thread,
+    in this process as in a worker: the sums do not depend on where they ran (`one_blas_thread`)."""
     from qcc.sim.compare import quantized_runner
+    from qcc.sim.split import one_blas_thread
 
     inputs = {id(n.input(0)) for n in layers}
     by_output = {id(n.outputs[0]): i for i, n in enumerate(layers)}
@@ -193,11 +195,12 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
 
     runner = quantized_runner(model, observe)
     sums = []
-    for part in parts:
-        runner.run(part)
-        seen.clear()
-        sums.append(batch)
-        batch = {}
+    with one_blas_thread():
+        for part in parts:
+            runner.run(part)
+            seen.clear()
+            sums.append(batch)
+            batch = {}
     return sums
 
 

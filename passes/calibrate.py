@@ -230,12 +230,14 @@ def collect_sharded(model: Model, feeds: dict[str, np.ndarray], batch: int, work
 
     Shards start on multiples of the batch each process runs (the rebound batch included), so
     every worker runs the very batches the single process would: the merged statistics are
-    identical whatever the number of workers (TensorStats.merge is exact)."""
+    identical whatever the number of workers or shards (TensorStats.merge is exact). A shard
+    costs its worker about 0.02 s to set up (ResNet-50: 0.15 s per sample) and its statistics
+    (~10 MB) to send back: local workers get several each (`Workers.shards`)."""
     count = len(next(iter(feeds.values()))) if feeds else 0
     wide = _rebound(model, rebatch)
     step = _batch_of(wide) if wide is not None else batch
     groups = -(-count // step)
-    slots = min(workers.slots(), groups)
+    slots = min(workers.shards(cheap=True), groups)
     bounds = [min(count, step * (groups * i // slots)) for i in range(slots + 1)]
     shards = [_Shard(model, {k: v[a:b] for k, v in feeds.items()}, batch, num_bins, engine, rebatch, pre_bias)
               for a, b in itertools.pairwise(bounds) if b > a]

@@ -215,12 +215,18 @@ class _LayerScores:
 
 
 def _layer_score(model: Model, values: list[Value], feeds: dict[str, np.ndarray], batch_size: int) -> float | None:
+    """At one BLAS thread wherever it runs: OpenBLAS's sums depend on its thread count, and a
+    worker's score must be this process's (`qcc.sim.split.one_blas_thread`)."""
+    from qcc.sim.split import one_blas_thread
+
     active = {id(v) for v in values}
 
     def only_layer(m: Model, obs: Any) -> LayerInterpreter:
         return LayerInterpreter(m, active, obs)
 
-    return compare(model, model, feeds, batch_size=batch_size, tensors=False, make_interpreter=only_layer).output_sqnr()
+    with one_blas_thread():
+        return compare(model, model, feeds, batch_size=batch_size, tensors=False,
+                       make_interpreter=only_layer).output_sqnr()
 
 
 def sensitivity_order(scores: list[float | None]) -> list[int]:

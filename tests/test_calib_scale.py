@@ -37,7 +37,7 @@ from tests.cli_util import one_error_line, qcc
 SAMPLES = 13  # not a multiple of the rebound batch: the last samples run at the static batch
 
 
-def static_batch_onnx(path: Path) -> Path:
+def static_batch_onnx(path: Path, channels: int = 8, size: int = 12) -> Path:
     """ResNet's tail as torch.onnx and the ONNX zoo export it: batch 1, a Reshape to the constant
     (1, C) before the classifier's Gemm (which numpy computes as a gemv for one row)."""
     import onnx
@@ -45,9 +45,9 @@ def static_batch_onnx(path: Path) -> Path:
 
     rng = np.random.default_rng(3)
     inits = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), n)
-             for n, s in (("w1", (8, 3, 3, 3)), ("w2", (8, 8, 3, 3)), ("fc", (10, 8)))]
-    inits += [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b1"),
-              numpy_helper.from_array(np.array([1, 8], np.int64), "shape")]
+             for n, s in (("w1", (channels, 3, 3, 3)), ("w2", (channels, channels, 3, 3)), ("fc", (10, channels)))]
+    inits += [numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b1"),
+              numpy_helper.from_array(np.array([1, channels], np.int64), "shape")]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"]),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
@@ -56,7 +56,7 @@ def static_batch_onnx(path: Path) -> Path:
              helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
              helper.make_node("Reshape", ["p", "shape"], ["f"]),
              helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
-    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     return path
@@ -105,6 +105,29 @@ def test_sharded_statistics_are_identical(model_file: Path, data: dict[str, np.n
     for workers in (Workers(2), Workers(3)):
         sharded = collect_sharded(model, data, 1, workers, engine=engine, rebatch=4).to_dict()
         assert sharded == single
+
+
+def test_local_workers_take_several_shards_each(model_file: Path, data: dict[str, np.ndarray],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked pool hands shards out as its workers free up: each local worker gets several
+    (contiguous, in sample order, all samples once), and the statistics stay the single process's."""
+    from qcc.pm.parallel import BALANCE
+
+    model = load(str(model_file))
+    sizes: list[int] = []
+    spread = Workers.map
+
+    def spy(self: Workers, fn: Any, items: Any) -> Any:
+        sizes.extend(len(item.feeds["x"]) for item in items)
+        firsts = [item.feeds["x"][0] for item in items]
+        starts = np.cumsum([0, *sizes[:-1]])
+        assert all(np.array_equal(f, data["x"][a]) for f, a in zip(firsts, starts))
+        return spread(self, fn, items)
+
+    monkeypatch.setattr(Workers, "map", spy)
+    sharded = collect_sharded(model, data, 1, Workers(2)).to_dict()
+    assert len(sizes) == min(2 * BALANCE, SAMPLES) > 2 and sum(sizes) == SAMPLES
+    assert sharded == collect(model, data, 1).to_dict()
 
 
 def test_engines_agree_within_float_rounding(model_file: Path, data: dict[str, np.ndarray]) -> None:
@@ -325,6 +348,33 @@ def test_sharded_bias_correction_is_identical(model_file: Path, data: dict[str, 
     assert all(np.array_equal(single[k], sharded[k]) for k in single)
 
 
+def test_measurements_do_not_depend_on_blas_threads(tmp_path: Path) -> None:
+    """OpenBLAS's sgemm sums in an order that depends on its thread count: a worker (one thread,
+    or cores / N) must measure what this process measures with all its threads, so the
+    measurement runs at one BLAS thread wherever it runs. Products large enough for OpenBLAS to
+    thread them (64 channels, 48 x 48)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from qcc.passes import bias_correct
+
+    data = {"x": np.random.default_rng(1).standard_normal((3, 3, 48, 48)).astype(np.float32)}
+    model, layers, parts = quantized_batches(static_batch_onnx(tmp_path / "wide.onnx", 64, 48), data)
+    got = []
+    for threads in (max(2, os.cpu_count() or 1), 1):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            got.append(bias_correct.own_errors(model, layers, parts))
+    assert got[0].keys() == got[1].keys() and len(got[0]) == 3
+    assert all(np.array_equal(got[0][k], got[1][k]) for k in got[0])
+    # the sensitivity ranking's scores likewise (a worker's score is this process's)
+    from qcc.passes.sensitivity import find_layers, layer_scores
+
+    layered = find_layers(model)
+    scores = []
+    for threads in (max(2, os.cpu_count() or 1), 1):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            scores.append(layer_scores(model, layered, data, 1))
+    assert len(scores[0]) >= 4 and all(scores[0]) and scores[0] == scores[1]
+
+
 def quantized_batches(model_file: Path, data: dict[str, np.ndarray]) -> tuple[Model, list[Any], list[Any]]:
     """The tail quantized int8, its correctable layers, and its samples as static batches of one."""
     from qcc.passes import bias_correct
@@ -337,7 +387,7 @@ def quantized_batches(model_file: Path, data: dict[str, np.ndarray]) -> tuple[Mo
     model = load(str(model_file))
     PassManager([Calibrate(), QuantizeAffine()]).run(model, PassContext(calib_data=data))
     layers = [n for n in model.graph.nodes if bias_correct._correctable(n)]
-    return model, layers, [{"x": data["x"][i:i + 1]} for i in range(SAMPLES)]
+    return model, layers, [{"x": data["x"][i:i + 1]} for i in range(len(data["x"]))]
 
 
 CHURN = """

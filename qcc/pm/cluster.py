@@ -12,7 +12,8 @@ contents, and every array reaches a worker once by one of two routes:
   differs is never used: the map runs again by scatter) and keeps those that several jobs use
   for later jobs. Writing 100 MB costs the client about 0.1 s where Dask's scatter costs 2-4 s
   (it serializes, copies and sends through the scheduler once per worker), and the workers read
-  in parallel.
+  in parallel; files in /dev/shm are mapped by the workers, not copied (the weights' pages are
+  shared by every worker and the folder).
 - **Scatter** otherwise: an array that several jobs of a map hold (the weights) is scattered to
   every worker once (`broadcast=True`), an array only one job holds (its shard of the data)
   goes to one worker.
@@ -386,6 +387,9 @@ def run_job(blob: bytes, arrays: dict[str, np.ndarray], paths: dict[str, str] | 
         return fn(item)
 
 
+_MEMORY = "/dev/shm/"
+"""Where the client files its arrays when it can: memory (tmpfs) the workers map instead of copying."""
+
 _KEPT: OrderedDict[str, np.ndarray] = OrderedDict()
 """On a worker: the filed arrays that several jobs use, by content key."""
 _KEPT_LOCK = threading.Lock()
@@ -406,7 +410,13 @@ def _filed_array(key: str, path: str, keep: bool) -> np.ndarray:
             _KEPT.move_to_end(key)
             return array
     try:
-        array = np.load(path, allow_pickle=False)
+        # a file in memory (tmpfs) is mapped, not copied: no private copy per worker, no page
+        # zeroing; the client replaces or unlinks a file, never writes into it, so the mapped
+        # pages stay what was checked below
+        mapped = path.startswith(_MEMORY)
+        array = np.load(path, mmap_mode="r" if mapped else None, allow_pickle=False)
+        if mapped:
+            array = np.asarray(array)  # a plain ndarray view (the mapping its base), as np.load gives
     except (OSError, ValueError) as exc:
         raise Unreadable(path, f"cannot read it ({type(exc).__name__}: {exc})") from None
     if content_key(array) != key:

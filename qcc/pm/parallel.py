@@ -24,6 +24,8 @@ R = TypeVar("R")
 
 _PENDING: tuple[Callable[[Any], Any], Sequence[Any]] | None = None
 """The function and items of the running fork map (children read them from their copy)."""
+BALANCE = 4
+"""Shards per local worker for work whose shards are cheap to set up (`Workers.shards`)."""
 _WORKER_THREADS: int | None = None
 """In a worker process: the threads its compute libraries may use (None in the main process)."""
 
@@ -62,6 +64,14 @@ class Workers:
 
         workers = session(self.cluster).client.scheduler_info()["workers"].values()
         return max(1, sum(int(w.get("nthreads", 1)) for w in workers))
+
+    def shards(self, cheap: bool = False) -> int:
+        """How many shards to cut a pass's work into. One per worker, or with `cheap` shards (a
+        small setup per shard) `BALANCE` per local worker: the pool hands them out as workers
+        free up, so a worker slowed by other processes takes fewer. A cluster's shards stay one
+        per worker: each Dask job unpickles its own copy of the model, and splitting them further
+        measured slower (docs/benchmarks.md, branch dask9)."""
+        return self.slots() * (BALANCE if cheap and self.cluster is None else 1)
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """[fn(item) for item in items], each call in a worker; results in item order."""

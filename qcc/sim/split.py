@@ -7,15 +7,16 @@ thread (and other processes) on 2 cores, a third of a DenseNet-121 calibration's
 
 Same bits: a product kernel computes each sample of its first input alone (convolutions run one
 BLAS call per sample; 2-D products are cut to rows by `per_sample`), so contiguous
-groups of samples give what the whole batch gives, and OpenBLAS sums each output element in one
-thread in the same order whatever its thread count.
+groups of samples give what the whole batch gives, each at one BLAS thread (OpenBLAS 0.3.23's
+sgemm sums in an order that depends on its thread count: `one_blas_thread`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -32,6 +33,22 @@ Writer = Callable[[Node, list[np.ndarray], np.ndarray], object]
 def product_threads(limit: int | None = None) -> int:
     """Threads for a batch's products: the cores (or `limit`, a worker's share)."""
     return max(1, limit if limit is not None else os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS held at one thread meanwhile (without threadpoolctl: as it is). OpenBLAS 0.3.23's
+    sgemm sums in an order that depends on its thread count (a 2-thread and a 1-thread product of
+    the same float32 matrices differ in the last bits), so a measurement that must give the same
+    bits in this process and in a worker (which gets one thread, or cores / N) runs at one thread
+    in both."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(1, user_api="blas"):
+        yield
 
 
 class SplitProducts:

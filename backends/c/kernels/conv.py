@@ -214,7 +214,7 @@ def micro(ks: KernelSet, a: str, b: str, acc: str, wide: bool = False) -> str:
 {load}
     }}
 """
-        return f"""    {decl}
+        plain = f"""    {decl}
     long k;
     int j;
 {start}    for (k = 0; k < kc; ++k) {{
@@ -229,6 +229,32 @@ def micro(ks: KernelSet, a: str, b: str, acc: str, wide: bool = False) -> str:
 {store}
     }}
 """
+        if not (wide and pb == 16 and acc == "float" and a == "float" and b == "float"):
+            return plain
+        vdecl = ", ".join(f"a{q}" for q in rs)
+        vzero = "\n".join(f"        a{q} = _mm512_setzero_ps();" for q in rs)
+        vload = "\n".join(f"        a{q} = _mm512_loadu_ps(acc + {q} * QCC_OB);" for q in rs)
+        vmac = "\n".join(f"        a{q} = QCC_VMADD(_mm512_set1_ps(ak[{q}]), bk, a{q});" for q in rs)
+        vstore = "\n".join(f"    _mm512_storeu_ps(acc + {q} * QCC_OB, a{q});" for q in rs)
+        return f"""#if QCC_VTILE
+    __m512 {vdecl};
+    long k;
+    if (first) {{
+{vzero}
+    }} else {{
+{vload}
+    }}
+    for (k = 0; k < kc; ++k) {{
+        const float *restrict ak = a + k * ka;
+        const __m512 bk = _mm512_loadu_ps(b + k * kb);
+{vmac}
+    }}
+{vstore}
+#else
+{plain}#endif
+"""
+    if wide:
+        ks.helper("vtile")
     return ks.kernel(name, lambda: f"""
 /* acc[q][j] {"= (first ? 0 : acc[q][j]) +" if wide else "+="} a[k][q] * b[k][j]: the accumulators in registers, a fixed-length inner loop. */
 QCC_DISPATCH {"QCC_NOINLINE " if wide else ""}static void {name}(const {a} *restrict a, long ka, const {b} *restrict b, long kb, long kc, {acc} *restrict acc{", int first" if wide else ""})
@@ -565,6 +591,12 @@ def _conv_tiled(ks: KernelSet, x: CType, w: CType, y: CType, ep: Epilogue, name:
 }}"""
     for helper in ep.helpers:
         ks.helper(helper)
+    # float: the output line two tiles ahead is about to be written (QCC_PREFETCHW); same values
+    ahead = ("                        if (p0 + 2 * QCC_OB < npix) {\n"
+             "                            QCC_PREFETCHW(yo + 2 * QCC_OB);\n"
+             "                        }\n") if wide else ""
+    if wide:
+        ks.helper("prefetchw")
     params = "".join(f", {p}" for p in ep.params)
     return ks.kernel(name, lambda: f"""
 QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *restrict w{bias}, {y.name} *restrict y,
@@ -606,7 +638,7 @@ QCC_DISPATCH static void {name}(const {x.name} *restrict x, const {w.name} *rest
                         const int oc = g * og + ob0 + o;
                         {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
                         {v_t} out[QCC_OB];
-{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
+{ahead}{_indent(ep.channel, 24)}                        QCC_VECTOR_LOOP
                         for (j = 0; j < QCC_OB; ++j) {{
                             const {v_t} v = ({v_t})part[o * QCC_OB + j];
 {_indent(ep.element, 28)}                            out[j] = r;

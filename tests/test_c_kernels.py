@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,16 @@ layers gather their taps), the pooling row buffers fall back to their window wal
 broadcast tiles split their taps (QCC_K4=8: a tap's input channels across panels) and keep 16 output
 channels at a time."""
 SANITIZE = ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+
+
+def scaled_constants(g: Graph, rng: np.random.Generator) -> Callable[..., Value]:
+    """Random float32 weights scaled by 1/sqrt(fan-in), added to `g` as constants (test models)."""
+
+    def const(name: str, *shape: int) -> Value:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+
+    return const
 
 
 def native_flags() -> tuple[str, ...]:
@@ -81,9 +92,7 @@ def kernel_model(width: int = 13) -> Model:
     g = Graph("kernels")
     x = g.add_input("x", TensorType("float32", ("N", 6, 11, width)))
 
-    def const(name: str, *shape: int) -> Value:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+    const = scaled_constants(g, rng)
 
     c1 = g.add("Conv", x, const("w1", 20, 6, 3, 3), const("b1", 20), name="c3x3", pads=[1, 1, 1, 1])
     r1 = g.add("Relu", c1, name="r1")
@@ -299,8 +308,7 @@ def float_panel_model() -> Model:
     g = Graph("panels")
     x = g.add_input("x", TensorType("float32", ("N", 6, 32, 32)))
 
-    def const(name: str, *shape: int) -> Value:
-        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+    const = scaled_constants(g, rng)
 
     c1 = g.add("Conv", x, const("w1", 20, 6, 3, 3), const("b1", 20), name="c1", pads=[1, 1, 1, 1])
     c2 = g.add("Conv", c1, const("w2", 24, 20, 3, 3), name="c2", pads=[1, 1, 1, 1])
@@ -416,8 +424,7 @@ def fire_model() -> Model:
     g = Graph("fire")
     x = g.add_input("x", TensorType("float32", ("N", 3, 12, 12)))
 
-    def const(name: str, *shape: int) -> Value:
-        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+    const = scaled_constants(g, rng)
 
     c0 = g.add("Conv", x, const("w0", 8, 3, 3, 3), const("b0", 8), name="c0", pads=[1, 1, 1, 1])
     bn = g.add("BatchNorm", c0, *(g.add_constant(f"bn_{k}", rng.uniform(0.5, 1.5, 8).astype(np.float32))
@@ -576,9 +583,7 @@ def small_map_model() -> Model:
     g = Graph("small")
     x = g.add_input("x", TensorType("float32", ("N", 4, 8, 7)))
 
-    def const(name: str, *shape: int) -> Value:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32))
+    const = scaled_constants(g, rng)
 
     c1 = g.add("Conv", x, const("w1", 16, 4, 3, 3), const("b1", 16), name="c3x3", pads=[1, 1, 1, 1])
     r1 = g.add("Relu", c1, name="r1")
@@ -693,8 +698,7 @@ def test_residual_adds_requantize_in_32_bits(tmp_path: Path, dtype: str, flags: 
     g = Graph("res")
     x = g.add_input("x", TensorType("float32", ("N", 4, 6, 7)))
 
-    def const(name: str, *shape: int) -> Value:
-        return g.add_constant(name, (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32))
+    const = scaled_constants(g, rng)
 
     c = g.add("Conv", x, const("w", 4, 4, 3, 3), const("b", 4), name="c", pads=[1, 1, 1, 1])
     r = g.add("Relu", g.add("Add", c, x, name="add"), name="r")

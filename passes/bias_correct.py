@@ -64,12 +64,12 @@ from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.pm.parallel import Workers, worker_threads
+from qcc.pm.parallel import Workers
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.samples import INPUT_VALUES
-from qcc.sim.split import SplitProducts, product_threads
+from qcc.sim.split import SplitProducts, process_split
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"
@@ -130,10 +130,10 @@ class BiasCorrect(Pass):
             keeper = RunKeeper(model) if runs_integer_kernels(model) else None
             # one BLAS thread per product from here (the float layers computed on kept inputs
             # included): the shifts do not depend on the core count
-            split = SplitProducts(product_threads(worker_threads()))
+            split = process_split()
             try:
                 reference = reference_outputs(kept, model, parts[0], layers)
-                shifts = _sequential(model, layers, parts[0], reference, keeper, split)
+                shifts = _sequential(model, layers, parts[0], split, reference, keeper)
             finally:
                 split.close()
             return shifts, (parts[0], keeper) if keeper is not None else None
@@ -204,9 +204,8 @@ def _batch_sums(model: Model, layers: list[Node], parts: list[dict[str, np.ndarr
     return sums
 
 
-def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
-                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None,
-                split: SplitProducts | None = None) -> dict[int, np.ndarray]:
+def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray], split: SplitProducts,
+                kept: dict[int, np.ndarray] | None = None, keeper: RunKeeper | None = None) -> dict[int, np.ndarray]:
     """Each layer in graph order gets the mean of (its stored output - the float model's output)
     with every earlier layer already corrected: one float run (or the float outputs calibrate
     kept, `kept`: the same arrays) and one quantized run of the whole batch. A kernel wrapper
@@ -235,8 +234,6 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
     # the products and the error sums on calibrate's sample-split threads (`split`, qcc.sim.split):
     # the integer kernels are exact in any order, the float ones compute each sample with one
     # BLAS thread, the sums are added in sample order
-    own = split is None
-    split = SplitProducts(product_threads(worker_threads())) if split is None else split
     runner: Any = None
 
     def corrected(original: Any) -> Any:
@@ -277,18 +274,14 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray],
         return kernel
 
     ops = {n.op for n in layers}
-    try:
-        if fixed:
-            runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
-                                 observer=keeper)
-        else:
-            products = float_products(split, rows_alone=False)
-            runner = _split_stores(split)(model, quantized=True, kernels={
-                **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
-        runner.run(feeds)
-    finally:
-        if own:
-            split.close()
+    if fixed:
+        runner = FixedRunner(model, kernels={op: corrected(split.wrap(fixed_kernel(op))) for op in ops},
+                             observer=keeper)
+    else:
+        products = float_products(split, rows_alone=False)
+        runner = _split_stores(split)(model, quantized=True, kernels={
+            **products, **{op: corrected(products.get(op) or get_schema(op).kernel) for op in ops}})
+    runner.run(feeds)
     undo_bias_correction(model)
     return shifts
 

@@ -32,7 +32,7 @@ from qcc.pm.parallel import Workers, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
-from qcc.sim.split import SplitProducts, float_products, product_threads
+from qcc.sim.split import SplitProducts, float_products, process_split, product_threads
 
 
 def _positive(name: str) -> Any:
@@ -285,7 +285,7 @@ class _Run:
             if self.engine == "onnxruntime":
                 self.runner = _ort_runner(self.model, observed, self.background)
             else:
-                self.split = SplitProducts(product_threads(worker_threads()))
+                self.split = process_split()
                 self.runner = _qcc_runner(self.model, self.background, self.split)
         assert self.background is not None
         self.background.call(self.observer.batch_counts.clear)  # in order with the observations

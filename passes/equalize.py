@@ -146,11 +146,10 @@ class Equalize(Pass):
         wanted = {id(p.clamp.input(0)): p for p in pairs if p.clamp is not None}
         if not wanted or ctx.calib_data is None:
             return
-        from qcc.pm.parallel import worker_threads
         from qcc.sim.background import BackgroundObserver
         from qcc.sim.compare import passthrough
         from qcc.sim.interpreter import Interpreter
-        from qcc.sim.split import SplitProducts, float_products, product_threads
+        from qcc.sim.split import float_products, process_split
 
         def observe(value: Value, array: np.ndarray) -> None:
             pair = wanted.get(id(value))
@@ -163,7 +162,7 @@ class Equalize(Pass):
 
         # the products on calibrate's sample-split threads, the ranges on a thread of their own
         # (in order: the same minima and maxima): this run is half of what the pass costs
-        split = SplitProducts(product_threads(worker_threads()))
+        split = process_split()
         background = BackgroundObserver(observe)
         try:
             kernels = {**float_products(split, rows_alone=False), "Quantize": passthrough}

@@ -42,13 +42,22 @@ def one_blas_thread() -> Iterator[None]:
     the same float32 matrices differ in the last bits), so a measurement that must give the same
     bits in this process and in a worker (which gets one thread, or cores / N) runs at one thread
     in both."""
+    limits = _one_blas_thread_limits()
+    try:
+        yield
+    finally:
+        if limits is not None:
+            limits.restore_original_limits()
+
+
+def _one_blas_thread_limits() -> Any:
+    """BLAS limited to one thread until the returned limits are restored; None without
+    threadpoolctl (a declared dependency; kept optional here so the core imports only numpy)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        yield
-        return
-    with threadpool_limits(1, user_api="blas"):
-        yield
+        return None
+    return threadpool_limits(1, user_api="blas")
 
 
 class SplitProducts:
@@ -59,13 +68,10 @@ class SplitProducts:
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._pool: ThreadPoolExecutor | None = None
-        self._limits: Any = None
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
+        self._limits: Any = _one_blas_thread_limits()
+        if self._limits is None:
             self.threads = 1
             return
-        self._limits = threadpool_limits(1, user_api="blas")
         if threads > 1:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="qcc-product")
 
@@ -115,6 +121,13 @@ class SplitProducts:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+def process_split() -> SplitProducts:
+    """A SplitProducts over this process's share of the cores (a worker's budget, else all)."""
+    from qcc.pm.parallel import worker_threads
+
+    return SplitProducts(product_threads(worker_threads()))
 
 
 def float_products(split: SplitProducts, rows_alone: bool = True) -> dict[str, Kernel]:

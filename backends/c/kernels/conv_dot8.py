@@ -390,6 +390,15 @@ def conv_affine_dot8(ks: KernelSet, x: CType, y: CType, ep: Epilogue) -> str:
                 "#endif\n}\n")
 
     requant16 = _requant16(ep, y)
+
+    def outputs16(offset: str) -> str:
+        """Output channel `o` of a tile: its 16 sums requantized into out[] (both tile paths, up to
+        the store)."""
+        return (f"const int oc = g * og + ob0 + o;\n{y.name} *restrict yo = y + ((long)n * p->o + oc) * npix{offset};\n"
+                f"int32_t out[16];\n{_indent(ep.channel, 0)}{_indent(requant16, 0)}{{\n    QCC_VECTOR_LOOP\n"
+                f"    for (q = 0; q < 16; ++q) {{\n        const int32_t v = part[o * 16 + q];\n"
+                f"{_indent(ep.element, 8)}        out[q] = r;\n    }}\n}}\n")
+
     # the plane path's tile stores 16 consecutive outputs when none of its positions is a padding column
     contiguous = "" if ep.post else ("int run = at[0] >= 0;\nfor (q = 1; q < 16; ++q) {\n"
                                      "    run &= at[q] == at[0] + q;\n}\n")
@@ -482,17 +491,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                             }}
                         }}
                         for (o = 0; o < nb; ++o) {{
-                            const int oc = g * og + ob0 + o;
-                            {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix;
-                            int32_t out[16];
-{_indent(ep.channel, 28)}{_indent(requant16, 28)}                            {{
-                                QCC_VECTOR_LOOP
-                                for (q = 0; q < 16; ++q) {{
-                                    const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 36)}                                    out[q] = r;
-                                }}
-                            }}
-{_indent(store("yo + at[0]", "run"), 28)}                            for (q = 0; q < 16{"" if ep.post else " && !run"}; ++q) {{
+{_indent(outputs16(""), 28)}{_indent(store("yo + at[0]", "run"), 28)}                            for (q = 0; q < 16{"" if ep.post else " && !run"}; ++q) {{
                                 if (at[q] >= 0) {{
                                     int32_t r = out[q];
 {_indent(ep.post, 36)}                                    yo[at[q]] = ({y.name})r;
@@ -524,17 +523,7 @@ static void {name}(const {x.name} *restrict x, const int8_t *restrict w, {y.name
                         }}
                     }}
                     for (o = 0; o < nb; ++o) {{
-                        const int oc = g * og + ob0 + o;
-                        {y.name} *restrict yo = y + ((long)n * p->o + oc) * npix + p0;
-                        int32_t out[16];
-{_indent(ep.channel, 24)}{_indent(requant16, 24)}                        {{
-                            QCC_VECTOR_LOOP
-                            for (q = 0; q < 16; ++q) {{
-                                const int32_t v = part[o * 16 + q];
-{_indent(ep.element, 32)}                                out[q] = r;
-                            }}
-                        }}
-{_indent(store("yo", "pn == 16"), 24)}                        for (q = 0; q < pn{"" if ep.post else " && pn < 16"}; ++q) {{
+{_indent(outputs16(" + p0"), 24)}{_indent(store("yo", "pn == 16"), 24)}                        for (q = 0; q < pn{"" if ep.post else " && pn < 16"}; ++q) {{
                             int32_t r = out[q];
 {_indent(ep.post, 28)}                            yo[q] = ({y.name})r;
                         }}

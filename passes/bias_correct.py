@@ -64,12 +64,12 @@ from qcc.ir.fakequant import apply_annotation
 from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.pm.parallel import Workers
+from qcc.pm.parallel import Workers, process_split
 from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.samples import INPUT_VALUES
-from qcc.sim.split import SplitProducts, process_split
+from qcc.sim.split import SplitProducts
 
 SECTION = "bias_correct"
 BEFORE = "bias_before_correction"

@@ -28,11 +28,11 @@ from qcc.ir.core import Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.ir.samples import count as samples_in
 from qcc.pm.base import Pass, PassContext, PassResult
-from qcc.pm.parallel import Workers, worker_threads
+from qcc.pm.parallel import Workers, process_split, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
-from qcc.sim.split import SplitProducts, float_products, process_split, product_threads
+from qcc.sim.split import SplitProducts, float_products, product_threads
 
 
 def _positive(name: str) -> Any:

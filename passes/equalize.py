@@ -146,10 +146,11 @@ class Equalize(Pass):
         wanted = {id(p.clamp.input(0)): p for p in pairs if p.clamp is not None}
         if not wanted or ctx.calib_data is None:
             return
+        from qcc.pm.parallel import process_split
         from qcc.sim.background import BackgroundObserver
         from qcc.sim.compare import passthrough
         from qcc.sim.interpreter import Interpreter
-        from qcc.sim.split import float_products, process_split
+        from qcc.sim.split import float_products
 
         def observe(value: Value, array: np.ndarray) -> None:
             pair = wanted.get(id(value))

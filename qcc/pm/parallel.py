@@ -13,11 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from qcc.errors import UsageError
+
+if TYPE_CHECKING:
+    from qcc.sim.split import SplitProducts
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -142,3 +145,11 @@ def _call(index: int) -> Any:
     assert _PENDING is not None, "fork map without pending work"
     fn, items = _PENDING
     return fn(items[index])
+
+
+def process_split() -> SplitProducts:
+    """The passes' sample-split product threads over this process's share of the cores (a
+    worker's budget, else all of them)."""
+    from qcc.sim.split import SplitProducts, product_threads
+
+    return SplitProducts(product_threads(worker_threads()))

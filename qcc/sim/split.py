@@ -123,13 +123,6 @@ class SplitProducts:
             self._limits = None
 
 
-def process_split() -> SplitProducts:
-    """A SplitProducts over this process's share of the cores (a worker's budget, else all)."""
-    from qcc.pm.parallel import worker_threads
-
-    return SplitProducts(product_threads(worker_threads()))
-
-
 def float_products(split: SplitProducts, rows_alone: bool = True) -> dict[str, Kernel]:
     """The float interpreter's kernels of every product op, batches split by samples on `split`'s
     threads: calibration's runs (and equalize's, bias-correct's). A sample's values do not depend

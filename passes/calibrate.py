@@ -460,9 +460,10 @@ def _qcc_runner(model: Model, observe: Callable[[Value, np.ndarray], None], spli
 
 def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np.ndarray], None]) -> Runner:
     try:
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401  (a missing one is a usage error here, not at the session)
 
         from qcc.formats.onnx_export import OnnxWriter, export_graph, finish, value_info
+        from qcc.runtimes.onnxruntime import calibration_session
     except ImportError as exc:
         raise UsageError(f"calibrate{{engine=onnxruntime}} needs onnxruntime and onnx ({exc})") from None
     writer = OnnxWriter(model)
@@ -480,15 +481,9 @@ def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np
             info = value_info(value)
             info.name = name
             proto.graph.output.append(info)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    threads = worker_threads()
-    if threads is not None:  # a worker process: its share of the cores
-        options.intra_op_num_threads = threads
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = calibration_session(proto)
     rank = {id(v): i for i, v in enumerate(tracked)}  # graph order: a Relu's input comes before it
-    names = sorted((o.name for o in session.get_outputs() if o.name in onnx_values),
+    names = sorted((o.name for o in session.session.get_outputs() if o.name in onnx_values),
                    key=lambda name: rank[id(onnx_values[name])])
     graph_inputs = [v for v in model.graph.inputs if id(v) in rank]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qcc.runtimes.base import FLOAT, Runtime, Tolerance
@@ -21,6 +22,66 @@ def _session(model: bytes | str, optimize: bool) -> Any:
     if not optimize:  # the QDQ graph computed as written, in float (what qdq_loss_debug runs)
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+CALIBRATION_LEVEL = "ORT_ENABLE_EXTENDED"
+"""Graph optimizations of calibrate{engine=onnxruntime}'s session. Every activation is a graph
+output, so no fusion can drop one; up to 'extended' (constant folding, eliminations, fusions
+whose inputs are not outputs) the outputs are bit-identical to running with optimizations off
+(tests/test_calib_ort.py). 'all' adds the NCHWc layout, whose convolutions sum in another order:
+other last bits, so other statistics."""
+
+_SHARED_BYTES = 4096
+"""Float initializers from this size on are handed to onnxruntime as the IR's arrays (external
+initializers) instead of serialized into the model: ResNet-50's 100 MB of weights cost 0.06 s to
+serialize and 0.1 s for onnxruntime to parse back, most of a plain pass over 8 samples. Smaller
+ones (shapes, biases of a few channels) stay inline, where shape inference can read them."""
+
+
+@attrs.define(eq=False)
+class CalibrationSession:
+    """An onnxruntime session and the arrays it reads its weights from (kept alive with it)."""
+
+    session: Any
+    weights: dict[str, np.ndarray]
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        out: list[np.ndarray] = self.session.run(names, feeds)
+        return out
+
+
+def calibration_session(proto: Any) -> CalibrationSession:
+    """An onnxruntime session for `proto` (an onnx.ModelProto, changed: its large float
+    initializers move out) that calibration runs with every activation as an output.
+
+    One thread, that does not spin. onnxruntime's convolutions split a batch smaller than its
+    thread count across the threads in another order of sums: other last bits on 2 threads at
+    batch 1 than on 1 thread or at batch 4 (tests/test_calib_ort.py), so statistics would depend
+    on the machine's cores. At one thread they depend on neither the batch nor the cores. It
+    costs no time on 2 cores: calibration bins one batch's outputs on a thread of its own
+    (qcc.sim.background) while onnxruntime runs the next, and a second onnxruntime thread (or one
+    that spins while it waits) takes the binning thread's core (benchmarks.md, "Branch floor10")."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    weights: dict[str, np.ndarray] = {}
+    for tensor in proto.graph.initializer:
+        if tensor.data_type == onnx.TensorProto.FLOAT and len(tensor.raw_data) >= _SHARED_BYTES:
+            weights[tensor.name] = np.ascontiguousarray(numpy_helper.to_array(tensor))
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            entry = tensor.external_data.add()
+            entry.key, entry.value = "location", "qcc-calibrate-memory"  # never read: supplied below
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, CALIBRATION_LEVEL)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.intra_op_num_threads = 1
+    if weights:
+        so.add_external_initializers(list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()])
+    session = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return CalibrationSession(session, weights)
 
 
 class OrtRuntime(Runtime):

@@ -481,7 +481,7 @@ def _ort_runner(model: Model, tracked: list[Value], observe: Callable[[Value, np
             info = value_info(value)
             info.name = name
             proto.graph.output.append(info)
-    session = calibration_session(proto)
+    session = calibration_session(proto, {v.name: v.const for v in model.graph.values() if v.const is not None})
     rank = {id(v): i for i, v in enumerate(tracked)}  # graph order: a Relu's input comes before it
     names = sorted((o.name for o in session.session.get_outputs() if o.name in onnx_values),
                    key=lambda name: rank[id(onnx_values[name])])

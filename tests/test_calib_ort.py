@@ -30,7 +30,7 @@ pytest.importorskip("onnxruntime")
 SAMPLES = 11  # not a multiple of the rebound batch
 
 
-def _serialized_session(proto: Any) -> ort_runtime.CalibrationSession:
+def _serialized_session(proto: Any, arrays: Any = None) -> ort_runtime.CalibrationSession:
     """What calibrate{engine=onnxruntime} ran before: every weight in the serialized model,
     graph optimizations off, spinning threads (one: more change the sums, see below)."""
     import onnxruntime as ort
@@ -61,8 +61,9 @@ def test_shared_weights_and_optimizations_change_no_statistic(model: Model, data
     shared: list[set[str]] = []
     original = ort_runtime.calibration_session
 
-    def spy(proto: Any) -> ort_runtime.CalibrationSession:
-        session = original(proto)
+    def spy(proto: Any, arrays: Any = None) -> ort_runtime.CalibrationSession:
+        session = original(proto, arrays)
+        assert arrays is not None and all(session.weights[name] is arrays[name] for name in session.weights)
         shared.append(set(session.weights))
         return session
 

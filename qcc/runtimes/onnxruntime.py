@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -50,9 +51,11 @@ class CalibrationSession:
         return out
 
 
-def calibration_session(proto: Any) -> CalibrationSession:
+def calibration_session(proto: Any, arrays: Mapping[str, np.ndarray] | None = None) -> CalibrationSession:
     """An onnxruntime session for `proto` (an onnx.ModelProto, changed: its large float
-    initializers move out) that calibration runs with every activation as an output.
+    initializers move out) that calibration runs with every activation as an output. `arrays`:
+    the IR's constants by name, handed over as they are when an initializer holds one (instead of
+    a copy read back from the proto: 0.02-0.05 s for ResNet-50).
 
     One thread, that does not spin. onnxruntime's convolutions split a batch smaller than its
     thread count across the threads in another order of sums: other last bits on 2 threads at
@@ -68,7 +71,9 @@ def calibration_session(proto: Any) -> CalibrationSession:
     weights: dict[str, np.ndarray] = {}
     for tensor in proto.graph.initializer:
         if tensor.data_type == onnx.TensorProto.FLOAT and len(tensor.raw_data) >= _SHARED_BYTES:
-            weights[tensor.name] = np.ascontiguousarray(numpy_helper.to_array(tensor))
+            known = (arrays or {}).get(tensor.name)
+            same = known is not None and known.dtype == np.float32 and known.shape == tuple(tensor.dims)
+            weights[tensor.name] = np.ascontiguousarray(known if same else numpy_helper.to_array(tensor))
             tensor.ClearField("raw_data")
             tensor.data_location = onnx.TensorProto.EXTERNAL
             entry = tensor.external_data.add()

@@ -14,7 +14,8 @@ wall time.
    The phase is timed inside the process after loading; the ratio is calibration / ORT pass of
    the same repetition.
 2. rss: peak RSS growth (VmHWM minus VmRSS once model and data are loaded) of `collect` on a
-   static-batch ResNet tail (tests/test_calib_scale.py) at 100 and 1000 samples.
+   static-batch ResNet tail (tests/test_calib_scale.py) at 100 and 1000 samples, with the
+   interpreter and with onnxruntime as the engine.
 3. workers: `qcc compile --quantize int8` of light_resnet50 with S samples, `--workers 1` (the
    default single process, with its BLAS threads), `--workers 2`, and `--cluster` on a Dask
    LocalCluster of 2 single-thread worker processes started by this script (its start-up is not
@@ -105,7 +106,7 @@ def floor_worker(mode: str, model_path: str, samples: int) -> dict[str, Any]:
     return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0}
 
 
-def rss_worker(samples: int) -> dict[str, Any]:
+def rss_worker(samples: int, engine: str = "qcc") -> dict[str, Any]:
     from qcc.passes.calibrate import collect
 
     from qcc.driver import load
@@ -116,7 +117,7 @@ def rss_worker(samples: int) -> dict[str, Any]:
     data = {"x": np.random.default_rng(0).standard_normal((samples, 3, 12, 12), dtype=np.float32)}
     base = _status_mb("VmRSS")
     t0 = time.perf_counter()
-    collect(model, data, 1, rebatch=32)
+    collect(model, data, 1, engine=engine, rebatch=32)
     return {"wall": time.perf_counter() - t0, "growth": _status_mb("VmHWM") - base, "data_mb": data["x"].nbytes / 2**20}
 
 
@@ -228,11 +229,12 @@ def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[
 
 def part_rss(counts: list[int]) -> list[str]:
     lines = ["### Calibration memory against the sample count (static-batch ResNet tail, rebound to 32)", "",
-             "| samples | data MB | wall s | peak RSS growth MB |", "|---|---|---|---|"]
-    for n in counts:
-        r = run_json(["--rss-worker", str(n)])
-        lines.append(f"| {n} | {r['data_mb']:.1f} | {r['wall']:.2f} | {r['growth']:.1f} |")
-        print(lines[-1], flush=True)
+             "| engine | samples | data MB | wall s | peak RSS growth MB |", "|---|---|---|---|---|"]
+    for engine in ("qcc", "onnxruntime"):
+        for n in counts:
+            r = run_json(["--rss-worker", str(n), engine])
+            lines.append(f"| {engine} | {n} | {r['data_mb']:.1f} | {r['wall']:.2f} | {r['growth']:.1f} |")
+            print(lines[-1], flush=True)
     return [*lines, ""]
 
 
@@ -354,14 +356,14 @@ def main() -> None:
     ap.add_argument("--base", type=Path, help="another checkout (a plain tree with qcc/passes and qcc/backends "
                     "symlinks, as bench/ab_calib_floor.py's) whose workers rows run interleaved with these")
     ap.add_argument("--floor-worker", nargs=3, help=argparse.SUPPRESS)
-    ap.add_argument("--rss-worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rss-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_worker:
         mode, path, n = args.floor_worker
         print(json.dumps(floor_worker(mode, path, int(n))))
         return
     if args.rss_worker:
-        print(json.dumps(rss_worker(args.rss_worker)))
+        print(json.dumps(rss_worker(int(args.rss_worker[0]), args.rss_worker[1])))
         return
     args.load = os.getloadavg()
     parts = args.parts.split(",")

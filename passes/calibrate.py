@@ -165,9 +165,10 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     """Statistics of every float activation over samples-first `feeds` (`qcc.data.bind_inputs`), batch by batch.
 
     engine 'qcc' runs the reference interpreter (no other framework); 'onnxruntime' exports the
-    model to ONNX with every tracked tensor as an output and runs it with graph optimizations off
-    (same tensors by name; one batch's outputs binned while the next batch runs: two alive at
-    most). Either way the binning runs on a thread of its own (qcc.sim.background). `rebatch`: a model whose batch
+    model to ONNX with every tracked tensor as an output and runs it on one thread with the
+    weights shared (qcc.runtimes.onnxruntime.calibration_session: same tensors by name, values
+    independent of batch and cores; one batch's outputs binned while the next batch runs: two
+    alive at most). Either way the binning runs on a thread of its own (qcc.sim.background). `rebatch`: a model whose batch
     dimension is static runs a copy rebound to that many samples when its graph allows
     (qcc.ir.rebatch), with the same statistics. `pre_bias`: ops whose sum before the (constant)
     bias gets statistics too, under `pre_bias_key(output)` (the target's accumulating kernels).

@@ -63,7 +63,8 @@ def calibration_session(proto: Any, arrays: Mapping[str, np.ndarray] | None = No
     on the machine's cores. At one thread they depend on neither the batch nor the cores. It
     costs no time on 2 cores: calibration bins one batch's outputs on a thread of its own
     (qcc.sim.background) while onnxruntime runs the next, and a second onnxruntime thread (or one
-    that spins while it waits) takes the binning thread's core (benchmarks.md, "Branch floor10")."""
+    that spins while it waits) takes the binning thread's core (benchmarks.md, "Branch floor10").
+    More cores are used by sharding the samples (`--workers N`), which keeps the batches."""
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper

@@ -251,8 +251,8 @@ def test_kl_divergences_match_reference_loops() -> None:
 
 @pytest.mark.parametrize("levels", [16, 24])  # a power of two (shift) and not (floor division)
 def test_kl_divergences_of_many_candidates_match_each_alone(levels: int) -> None:
-    """Candidates are scored in blocks (histerr._ROWS at a time): 200 candidates, the last block
-    partial, give bit for bit what each candidate gives alone, and the reference loops' values."""
+    """Each candidate's KL is its own: 200 candidates scored at once give bit for bit what each
+    gives alone (a vectorized form may not mix candidates), and the reference loops' values."""
     rng = np.random.default_rng(4)
     hist = rng.poisson(np.exp(-np.linspace(0, 5, 260)) * 300).astype(np.int64)
     hist[[70, 180, 181]] = 0

@@ -148,8 +148,21 @@ def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int)
     chl = np.concatenate([[0.0], np.cumsum(hlogh)])
 
     levels = int(quantized_bins)
-    group_log, last_sum, last_nonzero = _group_terms(csum, cnz, i, levels)
+    g = np.arange(levels + 1)
+    bounds = g[None, :] * i[:, None]
+    if levels & (levels - 1):
+        bounds //= levels  # (M, Q+1), last column = i
+    else:  # a power of two (8 bits' 128 or 256 levels): the same floor of non-negatives, by a shift
+        bounds >>= levels.bit_length() - 1
+    sums = np.diff(np.take(csum, bounds), axis=1)
+    nonzero = np.diff(np.take(cnz, bounds), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
+        # sums * log(sums / max(nonzero, 1)) in one buffer; 0 for the groups without mass
+        per_group = np.maximum(nonzero, 1.0)
+        np.divide(sums, per_group, out=per_group)
+        np.log(per_group, out=per_group)
+        per_group *= sums
+        np.copyto(per_group, 0.0, where=~(sums > 0))
         kept = csum[i]
         outliers = total - kept
         last = h[i - 1]
@@ -158,57 +171,9 @@ def kl_divergences(hist: np.ndarray, kept_bins: np.ndarray, quantized_bins: int)
         a = chl[i - 1] + np.where(
             p_last > 0, p_last * np.log(np.where(p_last > 0, p_last, 1.0)), 0.0
         )
-        q_last = last_sum / np.maximum(last_nonzero, 1)
-        b = group_log + np.where(
+        q_last = sums[:, -1] / np.maximum(nonzero[:, -1], 1)
+        b = per_group.sum(axis=1) + np.where(
             outliers > 0, outliers * np.log(np.where(q_last > 0, q_last, 1.0)), 0.0
         )
         kl = a / total - np.log(total) - b / total + np.log(kept)
     return np.where((last == 0) & (outliers > 0), np.inf, np.maximum(kl, 0.0))
-
-
-_ROWS = 64
-"""Candidates whose (rows, levels) group arrays are computed at once: a few hundred KB that stay in
-cache and are reused, where the whole (candidates, levels) arrays (2-4 MB each for 1000-2000
-candidates) were fresh allocations, page-faulted in on every call (about 3x slower)."""
-
-
-def _group_terms(csum: np.ndarray, cnz: np.ndarray, i: np.ndarray,
-                 levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per candidate i: sum over the `levels` groups of sums * log(sums / non-empty bins) (0 for
-    an empty group), and the last group's sum and non-empty bin count.
-
-    Row by row the same operations as on the whole array (each row reduced alone), so the
-    results are identical; only the temporaries are smaller."""
-    m = len(i)
-    group_log, last_sum, last_nonzero = np.empty(m), np.empty(m), np.empty(m)
-    rows = max(min(_ROWS, m), 1)
-    g = np.arange(levels + 1)
-    bounds = np.empty((rows, levels + 1), dtype=np.int64)
-    at = np.empty((rows, levels + 1))
-    sums, nonzero = np.empty((rows, levels)), np.empty((rows, levels))
-    empty = np.empty((rows, levels), dtype=np.bool_)
-    shift = levels.bit_length() - 1 if not levels & (levels - 1) else -1
-    for r0 in range(0, m, rows):
-        k = min(rows, m - r0)
-        b, a, s, z, e = bounds[:k], at[:k], sums[:k], nonzero[:k], empty[:k]
-        np.multiply(g[None, :], i[r0:r0 + k, None], out=b)  # group edges floor(g * i / levels)
-        if shift < 0:
-            np.floor_divide(b, levels, out=b)
-        else:  # a power of two (8 bits' 128 or 256 levels): the same floor of non-negatives, by a shift
-            np.right_shift(b, shift, out=b)
-        np.take(csum, b, out=a)
-        np.subtract(a[:, 1:], a[:, :-1], out=s)
-        np.take(cnz, b, out=a)
-        np.subtract(a[:, 1:], a[:, :-1], out=z)
-        last_sum[r0:r0 + k], last_nonzero[r0:r0 + k] = s[:, -1], z[:, -1]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # s * log(s / max(z, 1)) in z's buffer; 0 for the groups without mass
-            np.maximum(z, 1.0, out=z)
-            np.divide(s, z, out=z)
-            np.log(z, out=z)
-            z *= s
-            np.greater(s, 0, out=e)
-            np.logical_not(e, out=e)
-            np.copyto(z, 0.0, where=e)
-        np.sum(z, axis=1, out=group_log[r0:r0 + k])
-    return group_log, last_sum, last_nonzero

@@ -13,8 +13,11 @@ package's light_resnet50 / light_densenet121 with seeded random weights (tests/o
 random normal calibration and evaluation inputs, and the final Softmax removed so the SQNR
 measures logits.
 
-Each qcc row's 'vs quantize_static' is quantize_static's time over qcc's for the same method and
-weight granularity (int8 against quantize_static's defaults), both measured in this run; with
+Each qcc row's 'vs quantize_static' is quantize_static's time over qcc's for the same method, weight
+granularity and activation type, both measured in this run: qcc int8 per-channel against
+quantize_static int8 MinMax per-channel, qcc int8 per-tensor against quantize_static's defaults
+(int8 MinMax per-tensor). The pairing before branch qs10 (qcc int8 per-channel against the per-tensor
+defaults) is kept as its own line under each table; with
 --repeat N each tool runs N times per config and the fastest run counts (the machine is shared).
 Both tools run with their Python bytecode compiled, as installed packages do (bench/bytecode.py:
 a development checkout run with PYTHONDONTWRITEBYTECODE would compile qcc's sources in every run).
@@ -68,6 +71,7 @@ class Row:
     peak_mb: float
     path: Path
     pair: str  # method, granularity and activation type: the same for the two tools' matching rows
+    legacy: str = ""  # the pairing before branch qs10 (qcc int8 per-channel vs the per-tensor defaults)
 
 
 def light_model(name: str, out: Path) -> tuple[str, tuple[int, ...]]:
@@ -154,7 +158,9 @@ def run_tools(case: Case, work: Path, qcc_methods: list[str], repeat: int = 1,
     qcc_configs = [(f"uint8 {m}", ["--quantize", "uint8", "--method", m], f"uint8 {m}") for m in qcc_methods]
     qcc_configs.append(("uint8 minmax per-tensor", ["--quantize", "uint8", "--per-tensor", "--method", "minmax"],
                         "uint8 minmax per-tensor"))
-    qcc_configs.append(("int8 minmax", ["--quantize", "int8", "--method", "minmax"], "int8"))
+    qcc_configs.append(("int8 minmax", ["--quantize", "int8", "--method", "minmax"], "int8 minmax"))
+    qcc_configs.append(("int8 minmax per-tensor", ["--quantize", "int8", "--per-tensor", "--method", "minmax"],
+                        "int8 minmax per-tensor"))
     if like_for_like:  # quantize_static's work only: calibrate, quantize, write (no bias correction)
         qcc_configs += [(f"{config}, no bias-correct", [*extra, "--no-bias-correct", "--no-equalize"], pair)
                         for config, extra, pair in list(qcc_configs)]
@@ -163,24 +169,29 @@ def run_tools(case: Case, work: Path, qcc_methods: list[str], repeat: int = 1,
         argv = [sys.executable, "-m", "qcc", "compile", str(case.model), "-o", str(out), "--target", "onnx-qdq",
                 "--calib", str(case.calib), *extra]
         wall, peak = best_of(repeat, argv, work / f"{case.name}_qcc{i}.log")
-        rows.append(Row("qcc", config, wall, peak, out, pair))
+        legacy = "int8 minmax per-tensor" if pair == "int8 minmax" else ""
+        rows.append(Row("qcc", config, wall, peak, out, pair, legacy))
     ort_configs = [(m, pc, "uint8") for m in ort_quant.ORT_METHODS for pc in (True, False)]
+    ort_configs.append(("MinMax", True, "int8"))  # the per-channel pair of qcc's int8
     ort_configs.append(("MinMax", False, "int8"))  # quantize_static's own defaults
     for i, (method, per_channel, act) in enumerate(ort_configs):
         out = work / f"{case.name}_ort{i}.onnx"
         argv = [sys.executable, __file__, "--ort-worker", str(case.model), str(case.calib), str(out), method,
                 str(int(per_channel)), act, str(int(case.static_batch))]
         wall, peak = best_of(repeat, argv, work / f"{case.name}_ort{i}.log")
-        config = f"{act} {method}" + ("" if per_channel else " per-tensor") + (" (defaults)" if act == "int8" else "")
-        pair = "int8" if act == "int8" else f"uint8 {method.lower()}" + ("" if per_channel else " per-tensor")
-        rows.append(Row("quantize_static", config, wall, peak, out, pair))
+        granularity = "" if per_channel else " per-tensor"
+        defaults = " (defaults)" if act == "int8" and not per_channel else ""
+        rows.append(Row("quantize_static", f"{act} {method}{granularity}{defaults}", wall, peak, out,
+                        f"{act} {method.lower()}{granularity}"))
     return rows
 
 
-def speedups(rows: list[Row]) -> dict[str, float]:
-    """quantize_static's time over qcc's, by qcc config, for the configs both tools ran."""
+def speedups(rows: list[Row], legacy: bool = False) -> dict[str, float]:
+    """quantize_static's time over qcc's, by qcc config, for the configs both tools ran (legacy: the
+    pairing before branch qs10, qcc int8 per-channel against the per-tensor defaults)."""
     anchor = {r.pair: r.wall_s for r in rows if r.tool == "quantize_static"}
-    return {r.config: anchor[r.pair] / r.wall_s for r in rows if r.tool == "qcc" and r.pair in anchor}
+    pair = (lambda r: r.legacy) if legacy else (lambda r: r.pair)
+    return {r.config: anchor[pair(r)] / r.wall_s for r in rows if r.tool == "qcc" and pair(r) in anchor}
 
 
 def import_baselines(work: Path) -> str:
@@ -249,6 +260,10 @@ def evaluate(case: Case, rows: list[Row], runs: int) -> list[str]:
                       f"(quantize_static {min(ratio.values()):.1f}x to {max(ratio.values()):.1f}x slower); "
                       f"qcc peak RSS at most {max(r.peak_mb for r in qcc_rows):.0f} MB, quantize_static at least "
                       f"{ort_peak:.0f} MB."]
+    old = speedups(rows, legacy=True)
+    if old:
+        lines += ["", "The pairing before branch qs10, qcc int8 per-channel against quantize_static's per-tensor "
+                      "defaults: " + ", ".join(f"{config} {x:.1f}x faster" for config, x in old.items()) + "."]
     return lines
 
 

@@ -249,6 +249,22 @@ def test_kl_divergences_match_reference_loops() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("levels", [16, 24])  # a power of two (shift) and not (floor division)
+def test_kl_divergences_of_many_candidates_match_each_alone(levels: int) -> None:
+    """Each candidate's KL is its own: 200 candidates scored at once give bit for bit what each
+    gives alone (a vectorized form may not mix candidates), and the reference loops' values."""
+    rng = np.random.default_rng(4)
+    hist = rng.poisson(np.exp(-np.linspace(0, 5, 260)) * 300).astype(np.int64)
+    hist[[70, 180, 181]] = 0
+    kept = np.arange(levels, 260)
+    got = kl_divergences(hist, kept, levels)
+    alone = np.array([kl_divergences(hist, kept[k:k + 1], levels)[0] for k in range(len(kept))])
+    assert len(kept) > 2 * 64 and got.tobytes() == alone.tobytes()
+    picked = kept[::17]
+    want = np.array([_kl_reference(hist, int(i), levels) for i in picked])
+    np.testing.assert_allclose(got[::17], want, rtol=1e-9, atol=1e-12)
+
+
 def test_entropy_clips_outliers_and_keeps_uniform_data() -> None:
     s = TensorStats("x").update(_heavy_tailed(4))
     lo, hi = entropy(s)

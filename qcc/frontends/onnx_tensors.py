@@ -157,6 +157,19 @@ def _read_external(tensor: Any, base: str | None, size: int, where: str, source:
 
 
 # ----------------------------------------------------------------------------- decoding
+def _from_raw(raw: bytes, code: int, shape: tuple[int, ...]) -> np.ndarray | None:
+    """What onnx.numpy_helper.to_array returns for raw_data of a plain numeric type on a
+    little-endian host (np.frombuffer over the bytes), from bytes already read; None for the types
+    it converts (strings, and the ones to_array decodes above)."""
+    import sys
+
+    from onnx import TensorProto, helper
+
+    if sys.byteorder != "little" or code in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return None
+    return np.frombuffer(raw, dtype=helper.tensor_dtype_to_np_dtype(code)).reshape(shape)
+
+
 def to_array(tensor: Any, where: str, source: str) -> np.ndarray:
     """The exact values of a tensor (after `resolve_external_data`), as a numpy array qcc handles."""
     code = tensor.data_type
@@ -187,10 +200,16 @@ def to_array(tensor: Any, where: str, source: str) -> np.ndarray:
             return np.asarray(unpacked).astype(np.int8 if code == INT4 else np.uint8)
         from onnx.numpy_helper import to_array as onnx_to_array
 
-        if tensor.HasField("raw_data") and len(tensor.raw_data) != declared_bytes(tensor):
-            raise InvalidInputError(f"{source}: {where} has {len(tensor.raw_data)} bytes of data for shape "
-                                    f"{shape} of {type_name(code)} ({declared_bytes(tensor)} bytes)")
-        array = np.asarray(onnx_to_array(tensor))
+        array = None
+        if tensor.HasField("raw_data"):
+            raw = tensor.raw_data  # protobuf copies a bytes field on every read: read it once
+            if len(raw) != declared_bytes(tensor):
+                raise InvalidInputError(f"{source}: {where} has {len(raw)} bytes of data for shape "
+                                        f"{shape} of {type_name(code)} ({declared_bytes(tensor)} bytes)")
+            if not tensor.HasField("segment"):  # (to_array refuses segments)
+                array = _from_raw(raw, code, shape)
+        if array is None:
+            array = np.asarray(onnx_to_array(tensor))
         if array.size != count:
             raise InvalidInputError(f"{source}: {where} has {array.size} values for shape {shape}")
         return array

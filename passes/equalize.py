@@ -257,6 +257,8 @@ class _Weights:
         one pass over it instead of three (multiply, abs into a copy, reduce)."""
         factors = self.pending.pop(id(layer), [])
         w = self.arrays[id(layer)][1]
+        if len(factors) >= _SUBSET_FACTORS and _multiply_moving(w, factors):
+            factors = []
         mode = _blocked(layer, w, want, channels) if want is not None else None
         if not factors and mode is None:
             return None
@@ -383,6 +385,52 @@ def _blocked(layer: Node, w: np.ndarray, want: str, channels: int) -> str | None
     return None
 
 
+def _multiply_moving(w: np.ndarray, factors: list[np.ndarray]) -> bool:
+    """Apply factors that all scale whole rows (axis 0) or all whole columns (axis 1) to only
+    the rows or columns some factor moves, when that is at most `_SUBSET_SHARE` of them: a
+    channel that reaches its clamp keeps scale 1.0 in every sweep (about half of MobileNetV2's),
+    and x * 1.0 == x bit for bit. The others get every factor, in order, as in `_flush`.
+    False when the factors do not have that form or move too many (nothing done)."""
+    axis = _factor_axis(w, factors)
+    if axis is None:
+        return False
+    per = np.stack([f.reshape(-1) for f in factors])
+    moving = np.flatnonzero(np.any(per != 1.0, axis=0))
+    if moving.size > _SUBSET_SHARE * per.shape[1]:
+        return False
+    if moving.size:
+        sub = np.take(w, moving, axis=axis)
+        _multiply_blocks(sub, [np.take(f, moving, axis=axis) for f in factors])
+        if axis == 0:
+            w[moving] = sub
+        else:
+            w[:, moving] = sub
+    return True
+
+
+def _factor_axis(w: np.ndarray, factors: list[np.ndarray]) -> int | None:
+    """0 or 1 when every factor has one value per row or per column of `w` (1 elsewhere)."""
+    for axis in (0, 1):
+        shape = tuple(int(w.shape[axis]) if a == axis else 1 for a in range(w.ndim))
+        if all(f.shape == shape for f in factors):
+            return axis
+    return None
+
+
+def _multiply_blocks(a: np.ndarray, factors: list[np.ndarray]) -> None:
+    """a *= each factor in turn (weight-broadcastable), in cache-sized blocks of rows."""
+    rows = int(a.shape[0])
+    step = max(1, _BLOCK // max(1, a[0].size))
+    for start in range(0, rows, step):
+        block = a[start:start + step]
+        for f in factors:
+            np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+
+
+_SUBSET_FACTORS = 4
+"""Pending multiplications from which `_multiply_moving` looks for the channels they move."""
+_SUBSET_SHARE = 0.75
+"""At most this share of the channels moving: gathering and scattering them is worth it."""
 _BLOCK = 1 << 15
 """float64 weights (256 KB) that get all their pending multiplications while in cache."""
 

@@ -235,6 +235,7 @@ class _Weights:
         self.changed: set[int] = set()
         self.ranges: dict[tuple[int, str], np.ndarray] = {}
         self.pending: dict[int, list[np.ndarray]] = {}  # weight-broadcastable factors, in order
+        self.layouts: dict[int, tuple[int, int, bool]] = {}
         for pair in pairs:
             for layer in (pair.a, pair.b):
                 w = layer_weight(layer).const
@@ -311,21 +312,42 @@ class _Weights:
     def scale_out(self, layer: Node, s: np.ndarray) -> None:
         """fold_output_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
         _, w, b = self.arrays[id(layer)]
-        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "out", s))
-        self.arrays[id(layer)] = (layer, w, b * s + np.zeros(len(s)))
+        self.pending.setdefault(id(layer), []).append(self._factors(layer, w, "out", s))
+        self.arrays[id(layer)] = (layer, w, b * s + 0.0)  # + t = 0: -0.0 becomes 0.0 as there
         self.changed.add(id(layer))
         self._rescale(layer, w, "out", s)
 
     def scale_in(self, layer: Node, s: np.ndarray) -> None:
         """fold_input_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
         _, w, _ = self.arrays[id(layer)]
-        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "in", s))
+        self.pending.setdefault(id(layer), []).append(self._factors(layer, w, "in", s))
         self.changed.add(id(layer))
         self._rescale(layer, w, "in", s)
 
+    def _layout(self, layer: Node, w: np.ndarray) -> tuple[int, int, bool]:
+        """(weight's output axis, groups, depthwise) of a layer, looked up once (the sweeps ask
+        for them twice per pair and step)."""
+        key = id(layer)
+        if key not in self.layouts:
+            out_axis = get_schema(layer.op).weight_axis
+            assert out_axis is not None
+            self.layouts[key] = (out_axis, int(layer.attrs.get("group", 1)), _depthwise(layer, w))
+        return self.layouts[key]
+
+    def _factors(self, layer: Node, w: np.ndarray, side: str, s: np.ndarray) -> np.ndarray:
+        """s laid over the weight's output ("out") or input channels: output_view / input_view's
+        values, as a broadcastable array where one exists (no weight-sized copy kept per sweep)."""
+        out_axis, group, _ = self._layout(layer, w)
+        axis = out_axis if side == "out" else 1 - out_axis
+        if axis == 0:
+            return s.reshape(-1, *([1] * (w.ndim - 1)))
+        if group == 1:
+            return s.reshape(1, -1, *([1] * (w.ndim - 2)))
+        return output_view(layer, w, s) if side == "out" else input_view(layer, w, s)
+
     def _rescale(self, layer: Node, w: np.ndarray, axis: str, s: np.ndarray) -> None:
         other = "in" if axis == "out" else "out"
-        same = _depthwise(layer, w)
+        same = self._layout(layer, w)[2]
         for side in (axis, other) if same else (axis,):
             if (id(layer), side) in self.ranges:
                 self.ranges[(id(layer), side)] = self.ranges[(id(layer), side)] * s
@@ -356,19 +378,6 @@ def _input_ranges(layer: Node, w: np.ndarray, channels: int) -> np.ndarray:
     rows = int(w.shape[0])
     per_row = np.abs(w).reshape(rows, -1).max(axis=0)
     return np.asarray(per_row.reshape(channels, -1).max(axis=1))
-
-
-def _factors(layer: Node, w: np.ndarray, side: str, s: np.ndarray) -> np.ndarray:
-    """s laid over the weight's output ("out") or input channels: output_view / input_view's
-    values, as a broadcastable array where one exists (no weight-sized copy kept per sweep)."""
-    out_axis = get_schema(layer.op).weight_axis
-    assert out_axis is not None
-    axis = out_axis if side == "out" else 1 - out_axis
-    if axis == 0:
-        return s.reshape(-1, *([1] * (w.ndim - 1)))
-    if int(layer.attrs.get("group", 1)) == 1:
-        return s.reshape(1, -1, *([1] * (w.ndim - 2)))
-    return output_view(layer, w, s) if side == "out" else input_view(layer, w, s)
 
 
 def _blocked(layer: Node, w: np.ndarray, want: str, channels: int) -> str | None:

@@ -96,11 +96,15 @@ def fold_output_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
 def fold_input_affine(layer: Node, w: np.ndarray, b: np.ndarray, s: np.ndarray,
                       t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(W', b') with layer'(x) = layer(x*s + t) (t read at every tap: see `reads_padding`, or t = 0)."""
-    scaled = w * input_view(layer, w, s)
+    return w * input_view(layer, w, s), input_shift_bias(layer, w, b, t)
+
+
+def input_shift_bias(layer: Node, w: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """fold_input_affine's bias alone: b' with layer'(x) = layer(x + t) for the unscaled weight
+    (equalize's bias absorption moves a shift without rescaling: no copy of the weight)."""
     if not np.any(t):
-        return scaled, b
-    extra = _reduce_on(w * input_view(layer, w, t), _weight_axis(layer), _group(layer), "sum")
-    return scaled, b + extra
+        return b
+    return b + _reduce_on(w * input_view(layer, w, t), _weight_axis(layer), _group(layer), "sum")
 
 
 def reads_padding(layer: Node) -> bool:

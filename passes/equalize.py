@@ -34,6 +34,7 @@ from qcc.passes.channel_fold import (
     fold_input_affine,
     fold_output_affine,
     input_ranges,
+    input_shift_bias,
     input_view,
     layer_bias,
     layer_weight,
@@ -61,6 +62,7 @@ from qcc.quant.equalize import (
     cle_scales,
     limit_scales,
     normal_shift,
+    scale_floor,
 )
 from qcc.quant.samples import INPUT_VALUES
 
@@ -83,6 +85,7 @@ class Pair:
     limited: int = 0
     smin: np.ndarray | None = None  # bounds on `total` that keep the clamp exact
     smax: np.ndarray | None = None
+    floor: np.ndarray | None = None  # scale_floor(smin), kept across the sweeps
 
     def __attrs_post_init__(self) -> None:
         self.total = np.ones(self.channels)
@@ -127,6 +130,7 @@ class Equalize(Pass):
                 _remove_dead(pair, work)
         for pair in pairs:
             pair.smin, pair.smax = self._limits(pair, ctx)
+            pair.floor = scale_floor(pair.smin)
             pair.limited = int(np.count_nonzero(pair.smax < np.inf))
         for _ in range(self.iterations):
             moved = max(_equalize(pair, work) for pair in pairs)
@@ -231,6 +235,7 @@ class _Weights:
         self.changed: set[int] = set()
         self.ranges: dict[tuple[int, str], np.ndarray] = {}
         self.pending: dict[int, list[np.ndarray]] = {}  # weight-broadcastable factors, in order
+        self.layouts: dict[int, tuple[int, int, bool]] = {}
         for pair in pairs:
             for layer in (pair.a, pair.b):
                 w = layer_weight(layer).const
@@ -245,18 +250,41 @@ class _Weights:
         _, w, b = self.arrays[id(layer)]
         return w, b
 
-    def _flush(self, layer: Node) -> None:
-        """Apply the pending multiplications of the layer's weight, block of rows by block."""
+    def _flush(self, layer: Node, want: str | None = None, channels: int = 0) -> np.ndarray | None:
+        """Apply the pending multiplications of the layer's weight, block of rows by block; with
+        `want` ("out" or "in"), also that range of the result (max |W| per output or input channel)
+        while each block is in cache, where the layout allows (`_blocked`; else None). Maxima are
+        exact in any order: the same values as output_ranges / input_ranges of the whole weight,
+        one pass over it instead of three (multiply, abs into a copy, reduce)."""
         factors = self.pending.pop(id(layer), [])
-        if not factors:
-            return
         w = self.arrays[id(layer)][1]
+        if len(factors) >= _SUBSET_FACTORS and _multiply_moving(w, factors):
+            factors = []
+        mode = _blocked(layer, w, want, channels) if want is not None else None
+        if not factors and mode is None:
+            return None
         rows = int(w.shape[0])
         step = max(1, _BLOCK // max(1, w[0].size))
+        scratch = np.empty((min(step, rows), w[0].size)) if mode is not None else None
+        parts: list[np.ndarray] = []
         for start in range(0, rows, step):
             block = w[start:start + step]
             for f in factors:
                 np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+            if scratch is not None:
+                n = int(block.shape[0])
+                a = np.abs(block.reshape(n, -1), out=scratch[:n])
+                if mode == "rows":
+                    parts.append(a.max(axis=1))
+                elif parts:
+                    np.maximum(parts[0], a.max(axis=0), out=parts[0])
+                else:
+                    parts.append(a.max(axis=0))
+        if mode == "rows":
+            return np.concatenate(parts)
+        if mode == "cols":
+            return np.asarray(parts[0].reshape(channels, -1).max(axis=1))
+        return None
 
     def set(self, layer: Node, w: np.ndarray, b: np.ndarray) -> None:
         assert id(layer) not in self.pending, "set() after get(): the weights read were complete"
@@ -269,34 +297,57 @@ class _Weights:
         """max |W| per output channel (`output_ranges`)."""
         key = (id(layer), "out")
         if key not in self.ranges:
-            self.ranges[key] = output_ranges(layer, self.get(layer)[0])  # get: pending applied
+            r = self._flush(layer, "out")
+            self.ranges[key] = r if r is not None else output_ranges(layer, self.arrays[id(layer)][1])
         return self.ranges[key]
 
     def in_range(self, layer: Node, channels: int) -> np.ndarray:
         """max |W| per input channel (`input_ranges`)."""
         key = (id(layer), "in")
         if key not in self.ranges:
-            self.ranges[key] = _input_ranges(layer, self.get(layer)[0], channels)
+            r = self._flush(layer, "in", channels)
+            self.ranges[key] = r if r is not None else _input_ranges(layer, self.arrays[id(layer)][1], channels)
         return self.ranges[key]
 
     def scale_out(self, layer: Node, s: np.ndarray) -> None:
         """fold_output_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
         _, w, b = self.arrays[id(layer)]
-        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "out", s))
-        self.arrays[id(layer)] = (layer, w, b * s + np.zeros(len(s)))
+        self.pending.setdefault(id(layer), []).append(self._factors(layer, w, "out", s))
+        self.arrays[id(layer)] = (layer, w, b * s + 0.0)  # + t = 0: -0.0 becomes 0.0 as there
         self.changed.add(id(layer))
         self._rescale(layer, w, "out", s)
 
     def scale_in(self, layer: Node, s: np.ndarray) -> None:
         """fold_input_affine(layer, w, b, s, 0), the weight multiplied in place (same bits)."""
         _, w, _ = self.arrays[id(layer)]
-        self.pending.setdefault(id(layer), []).append(_factors(layer, w, "in", s))
+        self.pending.setdefault(id(layer), []).append(self._factors(layer, w, "in", s))
         self.changed.add(id(layer))
         self._rescale(layer, w, "in", s)
 
+    def _layout(self, layer: Node, w: np.ndarray) -> tuple[int, int, bool]:
+        """(weight's output axis, groups, depthwise) of a layer, looked up once (the sweeps ask
+        for them twice per pair and step)."""
+        key = id(layer)
+        if key not in self.layouts:
+            out_axis = get_schema(layer.op).weight_axis
+            assert out_axis is not None
+            self.layouts[key] = (out_axis, int(layer.attrs.get("group", 1)), _depthwise(layer, w))
+        return self.layouts[key]
+
+    def _factors(self, layer: Node, w: np.ndarray, side: str, s: np.ndarray) -> np.ndarray:
+        """s laid over the weight's output ("out") or input channels: output_view / input_view's
+        values, as a broadcastable array where one exists (no weight-sized copy kept per sweep)."""
+        out_axis, group, _ = self._layout(layer, w)
+        axis = out_axis if side == "out" else 1 - out_axis
+        if axis == 0:
+            return s.reshape(-1, *([1] * (w.ndim - 1)))
+        if group == 1:
+            return s.reshape(1, -1, *([1] * (w.ndim - 2)))
+        return output_view(layer, w, s) if side == "out" else input_view(layer, w, s)
+
     def _rescale(self, layer: Node, w: np.ndarray, axis: str, s: np.ndarray) -> None:
         other = "in" if axis == "out" else "out"
-        same = _depthwise(layer, w)
+        same = self._layout(layer, w)[2]
         for side in (axis, other) if same else (axis,):
             if (id(layer), side) in self.ranges:
                 self.ranges[(id(layer), side)] = self.ranges[(id(layer), side)] * s
@@ -329,19 +380,66 @@ def _input_ranges(layer: Node, w: np.ndarray, channels: int) -> np.ndarray:
     return np.asarray(per_row.reshape(channels, -1).max(axis=1))
 
 
-def _factors(layer: Node, w: np.ndarray, side: str, s: np.ndarray) -> np.ndarray:
-    """s laid over the weight's output ("out") or input channels: output_view / input_view's
-    values, as a broadcastable array where one exists (no weight-sized copy kept per sweep)."""
-    out_axis = get_schema(layer.op).weight_axis
-    assert out_axis is not None
-    axis = out_axis if side == "out" else 1 - out_axis
-    if axis == 0:
-        return s.reshape(-1, *([1] * (w.ndim - 1)))
-    if int(layer.attrs.get("group", 1)) == 1:
-        return s.reshape(1, -1, *([1] * (w.ndim - 2)))
-    return output_view(layer, w, s) if side == "out" else input_view(layer, w, s)
+def _blocked(layer: Node, w: np.ndarray, want: str, channels: int) -> str | None:
+    """How `_flush` reduces a range block by block: "rows" (each output channel is a row of a
+    C-ordered weight whose output axis is 0; a depthwise layer's input channel too), "cols" (the
+    input channels of a one-group weight: the rows' elementwise maximum, then each channel's
+    taps), None (any other layout: the whole-weight reduction)."""
+    if get_schema(layer.op).weight_axis != 0 or not w.flags.c_contiguous or w.ndim < 2:
+        return None
+    if want == "out" or _depthwise(layer, w):
+        return "rows"
+    if int(layer.attrs.get("group", 1)) == 1 and int(w.shape[1]) == channels:
+        return "cols"
+    return None
 
 
+def _multiply_moving(w: np.ndarray, factors: list[np.ndarray]) -> bool:
+    """Apply factors that all scale whole rows (axis 0) or all whole columns (axis 1) to only
+    the rows or columns some factor moves, when that is at most `_SUBSET_SHARE` of them: a
+    channel that reaches its clamp keeps scale 1.0 in every sweep (about half of MobileNetV2's),
+    and x * 1.0 == x bit for bit. The others get every factor, in order, as in `_flush`.
+    False when the factors do not have that form or move too many (nothing done)."""
+    axis = _factor_axis(w, factors)
+    if axis is None:
+        return False
+    per = np.stack([f.reshape(-1) for f in factors])
+    moving = np.flatnonzero(np.any(per != 1.0, axis=0))
+    if moving.size > _SUBSET_SHARE * per.shape[1]:
+        return False
+    if moving.size:
+        sub = np.take(w, moving, axis=axis)
+        _multiply_blocks(sub, [np.take(f, moving, axis=axis) for f in factors])
+        if axis == 0:
+            w[moving] = sub
+        else:
+            w[:, moving] = sub
+    return True
+
+
+def _factor_axis(w: np.ndarray, factors: list[np.ndarray]) -> int | None:
+    """0 or 1 when every factor has one value per row or per column of `w` (1 elsewhere)."""
+    for axis in (0, 1):
+        shape = tuple(int(w.shape[axis]) if a == axis else 1 for a in range(w.ndim))
+        if all(f.shape == shape for f in factors):
+            return axis
+    return None
+
+
+def _multiply_blocks(a: np.ndarray, factors: list[np.ndarray]) -> None:
+    """a *= each factor in turn (weight-broadcastable), in cache-sized blocks of rows."""
+    rows = int(a.shape[0])
+    step = max(1, _BLOCK // max(1, a[0].size))
+    for start in range(0, rows, step):
+        block = a[start:start + step]
+        for f in factors:
+            np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+
+
+_SUBSET_FACTORS = 4
+"""Pending multiplications from which `_multiply_moving` looks for the channels they move."""
+_SUBSET_SHARE = 0.75
+"""At most this share of the channels moving: gathering and scattering them is worth it."""
 _BLOCK = 1 << 15
 """float64 weights (256 KB) that get all their pending multiplications while in cache."""
 
@@ -356,9 +454,9 @@ def _depthwise(layer: Node, w: np.ndarray) -> bool:
 
 def _constant_channels(pair: Pair, work: _Weights) -> np.ndarray:
     """Per channel, the constant b reads (NaN where not constant): provably, or on the data."""
-    w, b = work.get(pair.a)
+    b = work.get(pair.a)[1]
     lo = pair.bounds[0]
-    zero_filter = output_ranges(pair.a, w) == 0
+    zero_filter = work.out_range(pair.a) == 0  # the sweeps' first step reuses it
     k = np.where(zero_filter, b, np.nan)
     for node in pair.between:
         bounds = clamp_bounds(node)
@@ -374,11 +472,11 @@ def _constant_channels(pair: Pair, work: _Weights) -> np.ndarray:
 def _remove_dead(pair: Pair, work: _Weights) -> None:
     k = _constant_channels(pair, work)
     usable = ~np.isnan(k) & ((k == 0) | (not reads_padding(pair.b)))
-    wb, bb = work.get(pair.b)
-    usable &= input_ranges(pair.b, wb, pair.channels) > 0  # b still reads them
+    usable &= work.in_range(pair.b, pair.channels) > 0  # b still reads them
     if not usable.any():
         return
     keep = np.where(usable, 0.0, 1.0)
+    wb, bb = work.get(pair.b)
     work.set(pair.b, *fold_input_affine(pair.b, wb, bb, keep, np.where(usable, k, 0.0)))
     wa, ba = work.get(pair.a)
     work.set(pair.a, *fold_output_affine(pair.a, wa, ba, keep, np.zeros(pair.channels)))
@@ -392,7 +490,7 @@ def _equalize(pair: Pair, work: _Weights) -> float:
     """One equalization step of the pair; returns the largest |log s| it applied."""
     s = cle_scales(work.out_range(pair.a), work.in_range(pair.b, pair.channels))
     if pair.smin is not None and pair.smax is not None:
-        s = limit_scales(s, pair.total, pair.smin, pair.smax)
+        s = limit_scales(s, pair.total, pair.smin, pair.smax, pair.floor)
     moved = float(np.max(np.abs(np.log(s)))) if s.size else 0.0
     if moved < 1e-9:
         return moved
@@ -418,10 +516,11 @@ def _absorb(pair: Pair, work: _Weights) -> None:
         return
     if not np.any(c > 0):
         return
+    # fold_output_affine / fold_input_affine with s = 1: the weights times 1 are the weights
     wa, ba = work.get(pair.a)
-    work.set(pair.a, *fold_output_affine(pair.a, wa, ba, np.ones(pair.channels), -c))
+    work.set(pair.a, wa, ba * np.ones(pair.channels) + -c)
     wb, bb = work.get(pair.b)
-    work.set(pair.b, *fold_input_affine(pair.b, wb, bb, np.ones(pair.channels), c))
+    work.set(pair.b, wb, input_shift_bias(pair.b, wb, bb, c))
     if id(pair.a) in work.stats:
         mean, std = work.stats[id(pair.a)]
         work.stats[id(pair.a)] = (mean - c, std)

@@ -306,3 +306,39 @@ def test_range_of_scaled_weights_is_the_scaled_range() -> None:
         w = w * f[:, None]
         r = r * f
         assert np.abs(w).max(axis=1).tobytes() == r.tobytes()
+
+
+@pytest.mark.parametrize("shape,group,axis", [((40, 24, 3, 3), 1, 0), ((40, 24, 3, 3), 1, 1), ((24, 1, 3, 3), 24, 0),
+                                              ((3000, 70, 1, 1), 1, 0), ((70, 3000, 1, 1), 1, 1)])
+def test_pending_multiplications_give_the_bits_of_sequential_ones(shape: tuple[int, ...], group: int,
+                                                                   axis: int) -> None:
+    """`_Weights` applies pending per-channel factors block by block, to only the channels some
+    factor moves (a clamp-active channel's factor is exactly 1.0 in every sweep), and reads a
+    range while a block is in cache: the weight and both ranges must be those of multiplying
+    the whole weight by each factor in turn and reducing it afterwards (large shapes span
+    several blocks)."""
+    from qcc.passes import equalize as eq
+    from qcc.passes.channel_fold import input_ranges, output_ranges
+
+    rng = np.random.default_rng(5)
+    ir = make_model({"x": ("N", shape[1] * group, 8, 8)}, lambda g, x: g.add(
+        "Conv", x, g.add_constant("w", rng.standard_normal(shape).astype(np.float32)), name="conv", group=group))
+    layer = next(n for n in ir.graph.nodes if n.op == "Conv")
+    w0 = layer.input(1).const.astype(np.float64) * np.exp2(rng.integers(-20, 20, shape))
+    channels = shape[axis] if group == 1 else shape[0]
+    pinned = rng.random(channels) < 0.5
+    factors = [np.where(pinned, 1.0, np.exp(rng.uniform(-1, 1, channels))) for _ in range(12)]
+    expected = w0.copy()
+    for f in factors:
+        expected = expected * f.reshape([-1 if a == axis else 1 for a in range(w0.ndim)])
+    for want in ("out", "in", None):
+        work = eq._Weights([])
+        work.arrays[id(layer)] = (layer, w0.copy(), np.zeros(shape[0]))
+        for f in factors:
+            (work.scale_out if axis == 0 else work.scale_in)(layer, f)
+        if want == "out":
+            assert work.out_range(layer).tobytes() == output_ranges(layer, expected).tobytes()
+        elif want == "in":
+            assert work.in_range(layer, shape[1] * group).tobytes() == \
+                input_ranges(layer, expected, shape[1] * group).tobytes()
+        assert work.get(layer)[0].tobytes() == expected.tobytes()

@@ -244,14 +244,20 @@ def _sequential(model: Model, layers: list[Node], feeds: dict[str, np.ndarray], 
             # the integer kernels add the bias last, saturating: compute the sum once, add either bias
             partial = original(node, args[:2])[0] if exact_add else None
             reach = _reach(partial) if exact_add else None
-            out = [_add_bias(node, partial, args[2], reach)] if exact_add else original(node, args)
+            step = _exact_step(node.outputs[0]) if fixed else None
+            # a bias that cannot saturate is added inside the error sums (no array of the output)
+            offset = _unsaturated(node, args[2], reach) if exact_add and step is not None else None
+            stored: np.ndarray
+            if offset is not None:
+                stored = np.asarray(partial)
+            else:
+                out = [_add_bias(node, partial, args[2], reach)] if exact_add else original(node, args)
+                stored = np.asarray(out[0])
             target = reference[id(node.outputs[0])]
-            stored = np.asarray(out[0])
             mean = ChannelMean()
             quant = node.outputs[0].quant
-            step = _exact_step(node.outputs[0]) if fixed else None
             if step is not None:  # the integers read as stored * step, exactly, in the sums
-                mean.add_errors(stored, target, _inside(node), step, ranges=split.ranges)
+                mean.add_errors(stored, target, _inside(node), step, ranges=split.ranges, offset=offset)
             elif fixed or getattr(quant, "axis", None) == 0:
                 got = runner.to_float(node.outputs[0], stored) if fixed else apply_annotation(stored, quant)
                 mean.add_errors(got, target, _inside(node), ranges=split.ranges)
@@ -335,13 +341,27 @@ def _add_bias(node: Node, partial: Any, bias: np.ndarray, reach: tuple[int, int]
 
     out = fixed_of(node.outputs[0])
     assert out is not None and partial is not None
+    ints = _unsaturated(node, bias, reach)
+    if ints is not None:
+        view = ints.reshape(1, -1, *([1] * (partial.ndim - 2)))
+        return np.add(partial, view, out=partial if last else None, dtype=np.int64)  # type: ignore[no-any-return]
+    return add_bias(partial, bias_ints(node, bias).reshape(1, -1, *([1] * (partial.ndim - 2))), out.bits)
+
+
+def _unsaturated(node: Node, bias: np.ndarray, reach: tuple[int, int] | None) -> np.ndarray | None:
+    """The bias's integers (per output channel) when sums inside `reach` plus the bias cannot
+    leave the output's range and the bias holds no MIN (`add_bias`'s one wrapping case): its
+    saturating add is a plain one. None otherwise."""
+    from qcc.sim.fixed import bias_ints, fixed_of
+
+    out = fixed_of(node.outputs[0])
+    assert out is not None
     ints = bias_ints(node, bias)
-    view = ints.reshape(1, -1, *([1] * (partial.ndim - 2)))
     lo, hi = fixed_bounds(out.bits)
     if reach is not None and ints.size and lo < int(ints.min()) and lo <= reach[0] + int(ints.min()) \
             and reach[1] + int(ints.max()) <= hi:
-        return np.add(partial, view, out=partial if last else None, dtype=np.int64)  # type: ignore[no-any-return]
-    return add_bias(partial, view, out.bits)
+        return ints
+    return None
 
 
 def _original(value: Value) -> np.ndarray | None:

@@ -51,14 +51,16 @@ class ChannelMean:
 
     def add_errors(self, got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None = None,
                    step: float | None = None, read: Callable[[np.ndarray], np.ndarray] | None = None,
-                   ranges: Ranges | None = None, offset: np.ndarray | None = None) -> None:
+                   ranges: Ranges | None = None, offset: np.ndarray | None = None,
+                   bounds: tuple[int, int] | None = None) -> None:
         """add_difference(read(got) - target, mask) with mask = lo < target < hi (`inside`; None:
         no mask), one sample at a time: a sample's float64 differences (a tenth of the batch's)
         stay in cache through the subtraction, the select and the sum, where the batch's went to
         memory three times. `step`: `got` holds integers that read as got * step (fixed point:
         exact in float64), no float copy of them made first; `offset`: per channel (axis 1),
         integers added to `got` first (a fixed-point bias whose addition cannot saturate: the
-        stored output without the array of it). `read`: an elementwise function applied to
+        stored output without the array of it), then clipped to `bounds` (its saturation, when
+        it may saturate). `read`: an elementwise function applied to
         `got` first (a fake quantization), on the same samples. `ranges`: runs the samples'
         sums on contiguous ranges of samples (threads: qcc.sim.split); they are added here in
         sample order, the additions one range makes.
@@ -76,7 +78,7 @@ class ChannelMean:
             return
 
         def sums(start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray]:
-            return _sample_sums(got[start:stop], target[start:stop], inside, step, read, offset)
+            return _sample_sums(got[start:stop], target[start:stop], inside, step, read, offset, bounds)
 
         for parts, seen in (ranges(sums, len(got)) if ranges is not None else [sums(0, len(got))]):
             for total in parts:
@@ -126,14 +128,15 @@ MAGIC = 1.5 * 2.0 ** 52
 
 def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None,
                  step: float | None, read: Callable[[np.ndarray], np.ndarray] | None,
-                 offset: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+                 offset: np.ndarray | None = None, bounds: tuple[int, int] | None = None
+                 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Per sample, the per-channel sums of (got - target) inside the mask; the counts of all.
 
     Fewer passes than a select per sample, the same sums bit for bit:
     - integers (`step`) become floats with one integer add and one float subtraction (MAGIC
       scaled by the step: its float step is `step`, so its bits plus v read as MAGIC * step +
       v * step, and subtracting MAGIC * step is exact): no int64-to-float64 conversion, and the
-      per-channel `offset` rides along in that add;
+      per-channel `offset` rides along in that add (and the clip to `bounds` moves by MAGIC's bits);
     - the differences are computed everywhere and multiplied by the mask: each term outside it
       is +-0 instead of +0, and x + (+-0) == x for every x != 0, so each pairwise sum is the
       same number or a zero of either sign. A sum's sign of zero is set as the select gives it
@@ -152,21 +155,24 @@ def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None
     origin = np.float64(MAGIC * step) if step is not None else np.float64(0.0)
     base = origin.view(np.int64) + (np.zeros((channels, 1), np.int64) if offset is None
                                     else offset.astype(np.int64).reshape(channels, 1))
+    clip = None if bounds is None else (origin.view(np.int64) + bounds[0], origin.view(np.int64) + bounds[1])
     parts = []
     for k in range(count):
         if integers:
             np.add(got[k].reshape(channels, -1), base, out=diff.view(np.int64))
+            if clip is not None:
+                np.clip(diff.view(np.int64), *clip, out=diff.view(np.int64))
             np.subtract(diff, origin, out=diff)
             np.subtract(diff, flat[k], out=diff)
         else:
-            sample = _read(got, k, step, read, offset)
+            sample = _read(got, k, step, read, offset, bounds)
             np.subtract(sample.reshape(channels, -1), flat[k], out=diff, dtype=np.float64)
         if mask is not None:
             with np.errstate(invalid="ignore"):  # infinity times 0 outside the mask: that sum is redone
                 np.multiply(diff, mask[k], out=diff)
         part = diff.sum(axis=1)
         if not np.isfinite(part).all():
-            part = _selected_sum(diff, got, k, flat[k], inside, step, read, offset)
+            part = _selected_sum(diff, got, k, flat[k], inside, step, read, offset, bounds)
         elif mask is not None:
             for c in np.flatnonzero((part == 0) & np.signbit(part)):
                 if not mask[k, c].all():  # the select's -0 needs every term -0: none outside the mask
@@ -176,11 +182,13 @@ def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None
 
 
 def _read(got: np.ndarray, k: int, step: float | None, read: Callable[[np.ndarray], np.ndarray] | None,
-          offset: np.ndarray | None) -> np.ndarray:
+          offset: np.ndarray | None, bounds: tuple[int, int] | None = None) -> np.ndarray:
     """Sample k of `got` (kept 1 x C x ...: `read` sees the layout it was given) as it reads."""
     sample = got[k:k + 1]
     if offset is not None:
         sample = sample + offset.reshape(1, -1, *([1] * (got.ndim - 2)))
+    if bounds is not None:
+        sample = np.clip(sample, *bounds)
     if step is not None:
         sample = np.multiply(sample, step, dtype=np.float64)
     return read(sample) if read is not None else sample
@@ -188,9 +196,10 @@ def _read(got: np.ndarray, k: int, step: float | None, read: Callable[[np.ndarra
 
 def _selected_sum(diff: np.ndarray, got: np.ndarray, k: int, target: np.ndarray,
                   inside: tuple[float | None, float | None] | None, step: float | None,
-                  read: Callable[[np.ndarray], np.ndarray] | None, offset: np.ndarray | None) -> np.ndarray:
+                  read: Callable[[np.ndarray], np.ndarray] | None, offset: np.ndarray | None,
+                  bounds: tuple[int, int] | None) -> np.ndarray:
     """One sample's sums with the select (0 outside the mask): NaN and infinities kept out."""
-    sample = _read(got, k, step, read, offset)
+    sample = _read(got, k, step, read, offset, bounds)
     diff.fill(0.0)
     where = True if inside is None else _inside(target, *inside)
     np.subtract(sample.reshape(len(diff), -1), target, out=diff, where=where, dtype=np.float64)

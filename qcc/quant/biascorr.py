@@ -142,15 +142,20 @@ def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None
       same number or a zero of either sign. A sum's sign of zero is set as the select gives it
       (-0 only when every term is -0, which needs the whole channel inside the mask); a sum
       that is not finite (NaN or infinity outside the mask, times 0) is computed by the select;
-    - the mask's counts are integers: counted over all samples at once."""
+    - the mask is computed a sample at a time into one buffer (in cache for the product); its
+      counts are integers, accumulated per position in bytes and summed once."""
     count, channels = len(got), got.shape[1]
     flat = target.reshape(count, channels, -1)
-    mask = None if inside is None else _inside(flat, *inside)
-    seen = np.full(channels, flat.shape[2] * count, dtype=np.float64) if mask is None else \
-        np.count_nonzero(mask, axis=(0, 2)).astype(np.float64)
+    mask = None if inside is None else np.empty(flat.shape[1:], bool)
+    below = None if inside is None else np.empty(flat.shape[1:], bool)
+    counted = None if inside is None else np.zeros(flat.shape[1:], np.uint8 if count < 256 else np.uint32)
+    lo, hi = (None, None) if inside is None else inside
+    lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi  # _inside's bounds
     # integers: |got + offset| < 2**51, the caller's word (`step`: at most 24-bit fixed point;
     # an offset only where the sums cannot saturate)
     integers = step is not None and got.dtype.kind == "i" and read is None
+    if read is not None and step is None and offset is None:  # one call on the range: fewer, larger passes
+        got, read = read(got), None
     diff = np.empty(flat.shape[1:], np.float64)
     origin = np.float64(MAGIC * step) if step is not None else np.float64(0.0)
     base = origin.view(np.int64) + (np.zeros((channels, 1), np.int64) if offset is None
@@ -169,17 +174,22 @@ def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None
         else:
             sample = _read(got, k, step, read, offset, bounds)
             np.subtract(sample.reshape(channels, -1), flat[k], out=diff, dtype=np.float64)
-        if mask is not None:
+        if mask is not None and below is not None and counted is not None:
+            np.greater(flat[k], lo, out=mask)  # _inside(target[k], *inside)
+            np.logical_and(mask, np.less(flat[k], hi, out=below), out=mask)
+            np.add(counted, mask.view(np.uint8), out=counted)
             with np.errstate(invalid="ignore"):  # infinity times 0 outside the mask: that sum is redone
-                np.multiply(diff, mask[k], out=diff)
+                np.multiply(diff, mask, out=diff)
         part = diff.sum(axis=1)
         if not np.isfinite(part).all():
             part = _selected_sum(diff, got, k, flat[k], inside, step, read, offset, bounds)
         elif mask is not None:
             for c in np.flatnonzero((part == 0) & np.signbit(part)):
-                if not mask[k, c].all():  # the select's -0 needs every term -0: none outside the mask
+                if not mask[c].all():  # the select's -0 needs every term -0: none outside the mask
                     part[c] = 0.0
         parts.append(part)
+    seen = np.full(channels, flat.shape[2] * count, dtype=np.float64) if counted is None else \
+        counted.sum(axis=1, dtype=np.int64).astype(np.float64)
     return parts, seen
 
 

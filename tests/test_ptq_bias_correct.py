@@ -363,6 +363,44 @@ def test_error_sums_sample_by_sample_keep_their_bits(shape: tuple[int, ...]) -> 
             assert np.array_equal(expected.counts, fast.counts)
 
 
+@pytest.mark.parametrize("shape", [(9, 24, 12, 12), (5, 7, 1, 1), (16, 100), (3, 7, 5)])
+def test_error_sums_of_integers_with_a_bias_and_signed_zeros_keep_their_bits(shape: tuple[int, ...]) -> None:
+    """add_errors multiplies the differences by the mask (terms outside it are +-0, not +0),
+    reads integers with an integer add (MAGIC) and adds a per-channel `offset` (the bias) in
+    it, clipped to `bounds` (its saturation): sums and counts must equal the select over
+    clip(got + offset) * step bit for bit, with a
+    channel wholly outside the mask with negative differences (all its terms -0), a channel of
+    -0 differences wholly inside it, NaN and infinities outside it (0 times them is NaN)."""
+    from qcc.quant.biascorr import ChannelMean
+
+    rng = np.random.default_rng(shape[1])
+    ints = rng.integers(-2 ** 15, 2 ** 15, shape)
+    offset = rng.integers(-2 ** 10, 2 ** 10, shape[1])
+    ints[:, -1], offset[-1], ints[:, 2], offset[2] = 2 ** 15 - 1, 5, -2 ** 15, -5  # saturate both ways
+    got = rng.standard_normal(shape).astype(np.float32)
+    target = rng.standard_normal(shape).astype(np.float32)
+    target[:, 0] = 5.0  # above every mask: differences negative, all outside
+    got[:, 1], target[:, 1] = -0.0, 0.0  # -0 differences, all inside (-0.25, 0.75)
+    target.reshape(len(target), shape[1], -1)[0, 3, 0] = [np.nan, np.inf, -np.inf][len(shape) % 3]  # sample 0 only
+    wide = ints + offset.reshape(1, -1, *([1] * (len(shape) - 2)))
+    bounds = (-2 ** 15, 2 ** 15 - 1)
+    assert (wide < bounds[0]).any() and (wide > bounds[1]).any()  # both saturations exercised
+    for inside in (None, (0.0, None), (None, 0.5), (-0.25, 0.75), (0.0, 1.0)):
+        mask = None if inside is None else (target > (-np.inf if inside[0] is None else inside[0])) & (
+            target < (np.inf if inside[1] is None else inside[1]))
+        for array, step, add, clip, reads in (
+                (got, None, None, None, got), (ints, 2.0 ** -7, offset, None, wide * 2.0 ** -7),
+                (ints, 2.0 ** -7, offset, bounds, np.clip(wide, *bounds) * 2.0 ** -7),
+                (ints.astype(np.float64), 2.0 ** -7, offset, bounds, np.clip(wide, *bounds) * 2.0 ** -7),
+                (ints, 2.0 ** -7, None, None, ints * 2.0 ** -7)):
+            expected, fast = ChannelMean(), ChannelMean()
+            expected.add_difference(reads, target, mask)
+            fast.add_errors(array, target, inside, step, offset=add, bounds=clip)
+            assert expected.sums is not None and fast.sums is not None
+            assert expected.sums.tobytes() == fast.sums.tobytes(), (inside, step, add is None)
+            assert np.array_equal(expected.counts, fast.counts)
+
+
 def test_equalize_and_bias_correct_bits_do_not_depend_on_the_product_threads(
         mobilenet_digits_files: NetFiles, tmp_path: Path) -> None:
     """equalize's float run and bias-correct's quantized run split each batch's products by

@@ -51,32 +51,39 @@ class ChannelMean:
 
     def add_errors(self, got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None = None,
                    step: float | None = None, read: Callable[[np.ndarray], np.ndarray] | None = None,
-                   ranges: Ranges | None = None) -> None:
+                   ranges: Ranges | None = None, offset: np.ndarray | None = None,
+                   bounds: tuple[int, int] | None = None) -> None:
         """add_difference(read(got) - target, mask) with mask = lo < target < hi (`inside`; None:
         no mask), one sample at a time: a sample's float64 differences (a tenth of the batch's)
         stay in cache through the subtraction, the select and the sum, where the batch's went to
         memory three times. `step`: `got` holds integers that read as got * step (fixed point:
-        exact in float64), no float copy of them made first. `read`: an elementwise function
-        applied to `got` first (a fake quantization), on the same samples. `ranges`: runs the
-        samples' sums on contiguous ranges of samples (threads: qcc.sim.split); they are added
-        here in sample order, the additions one range makes.
+        exact in float64), no float copy of them made first; `offset`: per channel (axis 1),
+        integers added to `got` first (a fixed-point bias whose addition cannot saturate: the
+        stored output without the array of it), then clipped to `bounds` (its saturation, when
+        it may saturate). `read`: an elementwise function applied to
+        `got` first (a fake quantization), on the same samples. `ranges`: runs the samples'
+        sums on contiguous ranges of samples (threads: qcc.sim.split); they are added here in
+        sample order, the additions one range makes.
 
         The same bits as add_difference: numpy sums a channel of an (N, C, ...) array as one
         pairwise sum per sample (the contiguous trailing axes) added in sample order, which is
-        what summing each sample alone and adding the parts in order computes."""
+        what summing each sample alone and adding the parts in order computes (`_sample_sums`:
+        the same terms, counts in any order: integers)."""
         if got.ndim < 2 or len(got) == 0:
+            assert offset is None, "an offset is per channel (axis 1)"
             diff = got * np.float64(step) if step is not None else got
             diff = read(diff) if read is not None else diff
             mask = None if inside is None else _inside(target, *inside)
             self.add_difference(diff, target, mask)
             return
 
-        def sums(start: int, stop: int) -> list[tuple[np.ndarray, np.ndarray]]:
-            return _sample_sums(got[start:stop], target[start:stop], inside, step, read)
+        def sums(start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray]:
+            return _sample_sums(got[start:stop], target[start:stop], inside, step, read, offset, bounds)
 
-        for part in (ranges(sums, len(got)) if ranges is not None else [sums(0, len(got))]):
-            for total, seen in part:
-                self._accumulate(total, seen)
+        for parts, seen in (ranges(sums, len(got)) if ranges is not None else [sums(0, len(got))]):
+            for total in parts:
+                self.sums = total if self.sums is None else self.sums + total
+            self.counts = seen if self.counts is None else self.counts + seen
 
     def merge(self, other: ChannelMean) -> None:
         """Add another run's sums: the same additions `add` makes, so merging per-batch means in
@@ -111,37 +118,101 @@ def _inside(target: np.ndarray, lo: float | None, hi: float | None) -> np.ndarra
     return (target > (-np.inf if lo is None else lo)) & (target < (np.inf if hi is None else hi))
 
 
-Ranges = Callable[[Callable[[int, int], list[tuple[np.ndarray, np.ndarray]]], int],
-                  list[list[tuple[np.ndarray, np.ndarray]]]]
+Ranges = Callable[[Callable[[int, int], tuple[list[np.ndarray], np.ndarray]], int],
+                  list[tuple[list[np.ndarray], np.ndarray]]]
 """runs fn(start, stop) over contiguous ranges that cover `count` samples; results in sample order."""
+
+MAGIC = 1.5 * 2.0 ** 52
+"""In [2**52, 2**53) a float64's step is 1: the bits of MAGIC + v are MAGIC's bits plus v (|v| < 2**51)."""
 
 
 def _sample_sums(got: np.ndarray, target: np.ndarray, inside: tuple[float | None, float | None] | None,
-                 step: float | None, read: Callable[[np.ndarray], np.ndarray] | None) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per sample: the per-channel sums of (got - target) inside the mask, and the counts."""
-    if read is not None:
-        got = read(got)
-    channels = got.shape[1]
-    diff = np.empty(got.shape[1:], np.float64)
-    scaled = np.empty(got.shape[1:], np.float64) if step is not None else None
-    mask = np.empty(got.shape[1:], bool) if inside is not None else None
-    below = np.empty(got.shape[1:], bool) if inside is not None else None
-    out = []
-    for k in range(len(got)):
-        sample = got[k]
-        if scaled is not None and step is not None:
-            sample = np.multiply(sample, step, out=scaled, dtype=np.float64)
-        if mask is None or below is None or inside is None:
-            np.subtract(sample, target[k], out=diff, dtype=np.float64)
-            part = diff.reshape(channels, -1).sum(axis=1)
-            seen = np.full(channels, diff.size // max(channels, 1), dtype=np.float64)
+                 step: float | None, read: Callable[[np.ndarray], np.ndarray] | None,
+                 offset: np.ndarray | None = None, bounds: tuple[int, int] | None = None
+                 ) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per sample, the per-channel sums of (got - target) inside the mask; the counts of all.
+
+    Fewer passes than a select per sample, the same sums bit for bit:
+    - integers (`step`) become floats with one integer add and one float subtraction (MAGIC
+      scaled by the step: its float step is `step`, so its bits plus v read as MAGIC * step +
+      v * step, and subtracting MAGIC * step is exact): no int64-to-float64 conversion, and the
+      per-channel `offset` rides along in that add (and the clip to `bounds` moves by MAGIC's bits);
+    - the differences are computed everywhere and multiplied by the mask: each term outside it
+      is +-0 instead of +0, and x + (+-0) == x for every x != 0, so each pairwise sum is the
+      same number or a zero of either sign. A sum's sign of zero is set as the select gives it
+      (-0 only when every term is -0, which needs the whole channel inside the mask); a sum
+      that is not finite (NaN or infinity outside the mask, times 0) is computed by the select;
+    - the mask is computed a sample at a time into one buffer (in cache for the product); its
+      counts are integers, accumulated per position in bytes and summed once."""
+    count, channels = len(got), got.shape[1]
+    flat = target.reshape(count, channels, -1)
+    mask = None if inside is None else np.empty(flat.shape[1:], bool)
+    below = None if inside is None else np.empty(flat.shape[1:], bool)
+    counted = None if inside is None else np.zeros(flat.shape[1:], np.uint8 if count < 256 else np.uint32)
+    lo, hi = (None, None) if inside is None else inside
+    lo, hi = -np.inf if lo is None else lo, np.inf if hi is None else hi  # _inside's bounds
+    # integers: |got + offset| < 2**51, the caller's word (`step`: at most 24-bit fixed point;
+    # an offset only where the sums cannot saturate)
+    integers = step is not None and got.dtype.kind == "i" and read is None
+    if read is not None and step is None and offset is None:  # one call on the range: fewer, larger passes
+        got, read = read(got), None
+    diff = np.empty(flat.shape[1:], np.float64)
+    origin = np.float64(MAGIC * step) if step is not None else np.float64(0.0)
+    base = origin.view(np.int64) + (np.zeros((channels, 1), np.int64) if offset is None
+                                    else offset.astype(np.int64).reshape(channels, 1))
+    clip = None if bounds is None else (origin.view(np.int64) + bounds[0], origin.view(np.int64) + bounds[1])
+    parts = []
+    for k in range(count):
+        if integers:
+            np.add(got[k].reshape(channels, -1), base, out=diff.view(np.int64))
+            if clip is not None:  # two reductions cost a third of an int64 clip: clip only what saturates
+                ints = diff.view(np.int64)
+                if int(ints.min()) < clip[0] or int(ints.max()) > clip[1]:
+                    np.clip(ints, *clip, out=ints)
+            np.subtract(diff, origin, out=diff)
+            np.subtract(diff, flat[k], out=diff)
         else:
-            lo, hi = inside
-            np.greater(target[k], -np.inf if lo is None else lo, out=mask)  # _inside's comparisons
-            np.logical_and(mask, np.less(target[k], np.inf if hi is None else hi, out=below), out=mask)
-            diff.fill(0.0)  # np.where(mask, difference, 0.0)'s values
-            np.subtract(sample, target[k], out=diff, where=mask, dtype=np.float64)
-            part = diff.reshape(channels, -1).sum(axis=1)
-            seen = np.count_nonzero(mask.reshape(channels, -1), axis=1).astype(np.float64)
-        out.append((part, seen))
-    return out
+            sample = _read(got, k, step, read, offset, bounds)
+            np.subtract(sample.reshape(channels, -1), flat[k], out=diff, dtype=np.float64)
+        if mask is not None and below is not None and counted is not None:
+            np.greater(flat[k], lo, out=mask)  # _inside(target[k], *inside)
+            np.logical_and(mask, np.less(flat[k], hi, out=below), out=mask)
+            np.add(counted, mask.view(np.uint8), out=counted)
+            with np.errstate(invalid="ignore"):  # infinity times 0 outside the mask: that sum is redone
+                np.multiply(diff, mask, out=diff)
+        part = diff.sum(axis=1)
+        if not np.isfinite(part).all():
+            part = _selected_sum(diff, got, k, flat[k], inside, step, read, offset, bounds)
+        elif mask is not None:
+            for c in np.flatnonzero((part == 0) & np.signbit(part)):
+                if not mask[c].all():  # the select's -0 needs every term -0: none outside the mask
+                    part[c] = 0.0
+        parts.append(part)
+    seen = np.full(channels, flat.shape[2] * count, dtype=np.float64) if counted is None else \
+        counted.sum(axis=1, dtype=np.int64).astype(np.float64)
+    return parts, seen
+
+
+def _read(got: np.ndarray, k: int, step: float | None, read: Callable[[np.ndarray], np.ndarray] | None,
+          offset: np.ndarray | None, bounds: tuple[int, int] | None = None) -> np.ndarray:
+    """Sample k of `got` (kept 1 x C x ...: `read` sees the layout it was given) as it reads."""
+    sample = got[k:k + 1]
+    if offset is not None:
+        sample = sample + offset.reshape(1, -1, *([1] * (got.ndim - 2)))
+    if bounds is not None:
+        sample = np.clip(sample, *bounds)
+    if step is not None:
+        sample = np.multiply(sample, step, dtype=np.float64)
+    return read(sample) if read is not None else sample
+
+
+def _selected_sum(diff: np.ndarray, got: np.ndarray, k: int, target: np.ndarray,
+                  inside: tuple[float | None, float | None] | None, step: float | None,
+                  read: Callable[[np.ndarray], np.ndarray] | None, offset: np.ndarray | None,
+                  bounds: tuple[int, int] | None) -> np.ndarray:
+    """One sample's sums with the select (0 outside the mask): NaN and infinities kept out."""
+    sample = _read(got, k, step, read, offset, bounds)
+    diff.fill(0.0)
+    where = True if inside is None else _inside(target, *inside)
+    np.subtract(sample.reshape(len(diff), -1), target, out=diff, where=where, dtype=np.float64)
+    return diff.sum(axis=1)

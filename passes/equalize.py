@@ -269,8 +269,7 @@ class _Weights:
         parts: list[np.ndarray] = []
         for start in range(0, rows, step):
             block = w[start:start + step]
-            for f in factors:
-                np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+            _multiply_block(block, factors, start, rows)
             if scratch is not None:
                 n = int(block.shape[0])
                 a = np.abs(block.reshape(n, -1), out=scratch[:n])
@@ -431,9 +430,13 @@ def _multiply_blocks(a: np.ndarray, factors: list[np.ndarray]) -> None:
     rows = int(a.shape[0])
     step = max(1, _BLOCK // max(1, a[0].size))
     for start in range(0, rows, step):
-        block = a[start:start + step]
-        for f in factors:
-            np.multiply(block, f[start:start + step] if f.shape[0] == rows else f, out=block)
+        _multiply_block(a[start:start + step], factors, start, rows)
+
+
+def _multiply_block(block: np.ndarray, factors: list[np.ndarray], start: int, rows: int) -> None:
+    """The rows from `start` of a `rows`-row weight (`block`) times each factor in turn, in place."""
+    for f in factors:
+        np.multiply(block, f[start:start + len(block)] if f.shape[0] == rows else f, out=block)
 
 
 _SUBSET_FACTORS = 4
@@ -516,9 +519,10 @@ def _absorb(pair: Pair, work: _Weights) -> None:
         return
     if not np.any(c > 0):
         return
-    # fold_output_affine / fold_input_affine with s = 1: the weights times 1 are the weights
+    # fold_output_affine / fold_input_affine with s = 1: the weights times 1 are the weights,
+    # and b * 1 + -c is b - c bit for bit
     wa, ba = work.get(pair.a)
-    work.set(pair.a, wa, ba * np.ones(pair.channels) + -c)
+    work.set(pair.a, wa, ba - c)
     wb, bb = work.get(pair.b)
     work.set(pair.b, wb, input_shift_bias(pair.b, wb, bb, c))
     if id(pair.a) in work.stats:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -71,7 +72,9 @@ def calibration_session(proto: Any, arrays: Mapping[str, np.ndarray] | None = No
 
     weights: dict[str, np.ndarray] = {}
     for tensor in proto.graph.initializer:
-        if tensor.data_type == onnx.TensorProto.FLOAT and len(tensor.raw_data) >= _SHARED_BYTES:
+        # the size from the dims: reading raw_data copies the bytes (protobuf), and most are not read again
+        if (tensor.data_type == onnx.TensorProto.FLOAT and tensor.HasField("raw_data")
+                and 4 * math.prod(tensor.dims) >= _SHARED_BYTES):
             known = (arrays or {}).get(tensor.name)
             same = known is not None and known.dtype == np.float32 and known.shape == tuple(tensor.dims)
             weights[tensor.name] = np.ascontiguousarray(known if same else numpy_helper.to_array(tensor))

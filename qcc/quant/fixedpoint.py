@@ -174,14 +174,44 @@ def param_fixed_point_position(
     cands = _candidates(absmax, bits, min_frac, max_frac)
     if method == "maxabs" or len(cands) == 1:
         return _largest_fitting(lo, hi, bits, cands, rounding)
-    x = w.astype(np.float64)
-    errs = [
-        float(
-            np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2)
-        )
-        for p in cands
-    ]
+    errs = _param_errors(w, bits, cands, rounding, absmax)
     return cands[int(np.argmin(errs))]
+
+
+def _param_errors(w: np.ndarray, bits: int, cands: list[int], rounding: str, absmax: float) -> list[float]:
+    """Per candidate position p, sum((dequantized(quantize_fixed(w, p)) - w)**2) in float64.
+
+    The very elementwise values and the same sum (one array of w's shape, C order) as the
+    formula `_param_error`, in two buffers: the scaling by 2**p is a product by a power of two
+    (exact where ldexp is; a value it would make subnormal rounds to 0 either way), the clip is
+    skipped where absmax * 2**p cannot round past the bounds, the integers are exact in the
+    work type and in float64, and 2**-p scales them exactly. Other layouts and positions far
+    from 0 take the formula itself."""
+    if not w.flags.c_contiguous or any(abs(p) > 100 for p in cands):
+        return [_param_error(w, bits, p, rounding) for p in cands]
+    lo, hi = fixed_bounds(bits)
+    work = np.float64 if bits > 24 or w.dtype == np.float64 else np.float32
+    x = w.astype(np.float64)
+    src = np.asarray(w, dtype=work)
+    t = np.empty(w.shape, dtype=work)
+    d = np.empty(w.shape, dtype=np.float64)
+    step = np.rint if rounding == "half_even" else np.trunc
+    errs = []
+    for p in cands:
+        np.multiply(src, work(2.0 ** p), out=t)
+        step(t, out=t)
+        if math.ldexp(absmax, p) >= min(-lo, hi):  # may round to the bounds or past them
+            np.clip(t, lo, hi, out=t)
+        np.multiply(t, 2.0 ** -p, out=d, dtype=np.float64)
+        np.subtract(d, x, out=d)
+        np.multiply(d, d, out=d)
+        errs.append(float(np.sum(d)))
+    return errs
+
+
+def _param_error(w: np.ndarray, bits: int, p: int, rounding: str) -> float:
+    x = w.astype(np.float64)
+    return float(np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2))
 
 
 def position_errors(stats: TensorStats, bits: int, fracs: np.ndarray, rounding: str,

@@ -630,7 +630,17 @@ def clip_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
     stored_hi = top if hi is None else int(store(np.array([F32(hi)]), fy)[0])
     if lo is not None and hi is not None and F32(lo) > F32(hi):
         return [np.full(q.shape, stored_hi, dtype=np.int64)]
-    return [np.clip(saturate(shift(q, fx.frac - fy.frac), fy.bits), stored_lo, stored_hi)]
+    return [clip_saturated(shift(q, fx.frac - fy.frac), bottom, top, stored_lo, stored_hi)]
+
+
+def clip_saturated(a: np.ndarray, bottom: int, top: int, lo: int, hi: int) -> np.ndarray:
+    """np.clip(saturate(a), lo, hi) for bottom <= lo <= hi <= top (saturate's bounds): one clip,
+    the same values in a new array of the same layout (C order where saturate copies, a's layout
+    where it clips), without saturate's copy."""
+    a = np.asarray(a)
+    if a.size and (a.min() < bottom or a.max() > top):
+        return np.clip(a, lo, hi)  # type: ignore[no-any-return]
+    return np.clip(a, lo, hi, out=np.empty(a.shape, dtype=a.dtype))  # type: ignore[no-any-return]
 
 
 def softmax_kernel(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:

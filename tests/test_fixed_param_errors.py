@@ -5,7 +5,7 @@ chosen (and so every written .nnb/.c byte) cannot move."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -32,6 +32,8 @@ def _check(w: np.ndarray, bits: int, rounding: str) -> None:
 @settings(max_examples=150, deadline=None)
 @given(hnp.arrays(np.float32, hnp.array_shapes(max_dims=4, max_side=7), elements=FINITE32),
        st.sampled_from([4, 8, 16]), st.sampled_from(["half_even", "trunc"]))
+@example(np.array([2.0 ** 25, 4.7116195e-39], np.float32), 4, "half_even")  # a subnormal scaled down
+@example(np.array([3e38, -1e-3], np.float32), 8, "trunc")  # w * 2**p overflows float32
 def test_position_errors_are_the_formulas_bits(w: np.ndarray, bits: int, rounding: str) -> None:
     _check(w, bits, rounding)
 

@@ -102,7 +102,7 @@ class BiasCorrect(Pass):
         mode = self.mode
         if mode == "auto":
             mode = "empirical" if ctx.calib_data is not None else "analytical"
-        run: tuple[dict[str, np.ndarray], RunKeeper] | None = None
+        run: tuple[dict[str, np.ndarray], RunKeeper, dict[str, np.ndarray]] | None = None
         if mode == "empirical":
             if ctx.calib_data is None:
                 raise UsageError("bias-correct{mode=empirical} needs calibration data (--calib DATA.npz)")
@@ -111,7 +111,7 @@ class BiasCorrect(Pass):
             shifts = {id(n): s for n in layers if (s := _analytical(n, ctx)) is not None}
         entries = [_apply(model, n, shifts[id(n)], mode) for n in layers if id(n) in shifts]
         if run is not None:  # the integer run computed the corrected model: check-fixed-point reads it
-            keep_run(model, ctx, *run)
+            keep_run(model, ctx, *run)  # (and calibrate's float values on its samples, when they were used)
         ctx.report[SECTION] = entries
         register_refinement(model, self)
         return PassResult(model, bool(entries), frozenset({"*"}))
@@ -121,10 +121,13 @@ class BiasCorrect(Pass):
         undo_bias_correction(model)
 
     def _measured(self, model: Model, layers: list[Node], ctx: PassContext,
-                  kept: KeptArrays | None) -> tuple[dict[int, np.ndarray], tuple[dict[str, np.ndarray], RunKeeper] | None]:
+                  kept: KeptArrays | None) -> tuple[dict[int, np.ndarray],
+                                                    tuple[dict[str, np.ndarray], RunKeeper, dict[str, np.ndarray]] | None]:
         """Sequential correction on one batch of the first `samples` samples, fewer when they hold
-        more than `input_values` values (with the values of its integer run, when it is one); a
-        model with a static batch dimension is measured layer by layer instead (`own_errors`)."""
+        more than `input_values` values (with the values of its integer run, when it is one, and
+        calibrate's float values of the model before correction on the same samples when they were
+        the reference); a model with a static batch dimension is measured layer by layer instead
+        (`own_errors`)."""
         from qcc.sim.fixed import runs_integer_kernels
 
         parts = list(calibration_batches(model, ctx, self.samples, self.samples, self.input_values))
@@ -135,11 +138,22 @@ class BiasCorrect(Pass):
             split = process_split()
             try:
                 reference = reference_outputs(kept, model, parts[0], layers)
+                floats = _float_values(kept, model, layers) if reference is not None and keeper is not None else {}
                 shifts = _sequential(model, layers, parts[0], split, reference, keeper)
             finally:
                 split.close()
-            return shifts, (parts[0], keeper) if keeper is not None else None
+            return shifts, (parts[0], keeper, floats) if keeper is not None else None
         return own_errors(model, layers, parts, ctx.workers), None
+
+
+def _float_values(kept: KeptArrays | None, model: Model, layers: list[Node]) -> dict[str, np.ndarray]:
+    """What calibrate kept (valid for this model and these samples: `reference_outputs` used it),
+    for check-fixed-point's float run of the model before correction; nothing when that model is
+    not the one calibrate ran: a layer without a bias gets a zero one here (x + 0.0 is not x for
+    x = -0.0), and a Quantize node is an identity in calibrate's run only."""
+    if kept is None or any(_bias(n) is None for n in layers) or any(n.op == "Quantize" for n in model.graph.nodes):
+        return {}
+    return kept.arrays
 
 
 def own_errors(model: Model, layers: list[Node], parts: list[dict[str, np.ndarray]],

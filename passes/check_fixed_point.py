@@ -19,13 +19,16 @@ from contextlib import contextmanager
 import attrs
 import numpy as np
 from qcc.passes.bias_correct import BEFORE
-from qcc.passes.quantized_samples import CHECK_SAMPLES, kept_run, run_values
+from qcc.passes.quantized_samples import CHECK_SAMPLES, float_values, kept_run, run_values
 from qcc.passes.quantutil import at_least, calibration_batches
 
-from qcc.ir.core import Model, Value
+from qcc.ir.core import Model, Node, Value
+from qcc.ir.registry import get_schema
 from qcc.ir.types import FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.sim.compare import sqnr_db
+from qcc.sim.engine import NodeKernel, Runner
+from qcc.sim.split import SplitProducts
 
 SECTION = "fixed_point_check"
 SHOWN = 5
@@ -66,29 +69,76 @@ class CheckFixedPoint(Pass):
 def _accumulate(model: Model, ctx: PassContext, samples: int,
                 names: set[str]) -> tuple[dict[str, float], dict[str, float], int]:
     """Signal and error energy per fixed-point tensor over the first `samples` samples (the
-    quantized values from bias-correct's integer run of this very model when it kept them)."""
-    from qcc.sim.interpreter import Interpreter, runner_for
+    quantized values from bias-correct's integer run of this very model when it kept them, and
+    then the float values calibrate kept on the same samples: only what lies between them runs).
+
+    The float reference computes each sample with one BLAS thread per product, as calibrate's
+    run does (`float_products`): the values do not depend on the core count, and a kept value is
+    the one this run would compute."""
+    from qcc.pm.parallel import process_split
+    from qcc.sim.interpreter import runner_for
 
     signal: dict[str, float] = dict.fromkeys(names, 0.0)
     noise: dict[str, float] = dict.fromkeys(names, 0.0)
-    with _float_biases(model):
-        reference = Interpreter(model, quantized=False, keep_all=True)
     kept = kept_run(model, ctx)
     runner = None
     count = 0
-    for feeds in calibration_batches(model, ctx, samples, samples):
-        ref = reference.run(feeds)
-        got = run_values(kept, model, feeds)
-        if got is None:
-            runner = runner or runner_for(model, quantized=True, keep_all=True)
-            got = runner.run(feeds)
-        for name in names:
-            if name in ref and name in got:
-                r = np.asarray(ref[name], dtype=np.float64)
-                signal[name] += float(np.sum(r * r))
-                noise[name] += float(np.sum((r - np.asarray(got[name], dtype=np.float64)) ** 2))
-        count += len(next(iter(feeds.values())))
+    split = process_split()
+    try:
+        for feeds in calibration_batches(model, ctx, samples, samples):
+            got = run_values(kept, model, feeds)
+            rows = len(next(iter(feeds.values())))
+            floats = float_values(kept) if got is not None else {}
+            if any(len(a) != rows for a in floats.values()):
+                floats = {}
+            ref = _reference(model, split, floats).run(feeds)
+            if got is None:
+                runner = runner or runner_for(model, quantized=True, keep_all=True)
+                got = runner.run(feeds)
+            for name in names:
+                if name in ref and name in got:
+                    s, e = _energies(ref[name], got[name])
+                    signal[name] += s
+                    noise[name] += e
+            count += rows
+    finally:
+        split.close()
     return signal, noise, count
+
+
+def _reference(model: Model, split: SplitProducts, floats: dict[str, np.ndarray]) -> Runner:
+    """The float model (its biases before bias-correct) with calibrate's product kernels; a node
+    whose output is in `floats` returns it instead of computing it."""
+    from qcc.sim.interpreter import Interpreter
+    from qcc.sim.split import float_products
+
+    kernels = float_products(split)
+    if floats:
+        kernels = {op: _kept_or(floats, kernels.get(op) or get_schema(op).kernel)  # type: ignore[misc]
+                   for op in {n.op for n in model.graph.nodes}}
+    with _float_biases(model):
+        return Interpreter(model, quantized=False, keep_all=True, kernels=kernels)
+
+
+def _kept_or(floats: dict[str, np.ndarray], kernel: NodeKernel) -> NodeKernel:
+    def run(node: Node, args: list[np.ndarray]) -> list[np.ndarray]:
+        found = floats.get(node.outputs[0].name) if len(node.outputs) == 1 else None
+        return [found] if found is not None else kernel(node, args)
+    return run
+
+
+def _energies(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """sum(r * r) and sum((r - got)**2) in float64, r = ref as float64: the old formula's very
+    arrays summed (same shape and layout), with one temporary instead of three."""
+    r = np.asarray(ref, dtype=np.float64)
+    g = np.asarray(got)
+    if r.shape != g.shape or not (r.flags.c_contiguous and g.flags.c_contiguous):
+        return float(np.sum(r * r)), float(np.sum((r - np.asarray(g, dtype=np.float64)) ** 2))
+    work = np.multiply(r, r)
+    signal = float(np.sum(work))
+    np.subtract(r, g, out=work)  # g converted to float64 exactly, as np.asarray(g, float64) does
+    np.multiply(work, work, out=work)
+    return signal, float(np.sum(work))
 
 
 @contextmanager

@@ -9,6 +9,13 @@ the first `CHECK_SAMPLES` of those samples; it reads this run's values instead w
 the very feeds and the very model (nodes, constants and annotations: a fingerprint), and runs it
 itself otherwise (another sample count, accuracy-control in between). Integer kernels compute
 each sample exactly whatever the batch, so the values are bit for bit the ones its run gives.
+
+With them, bias-correct hands on the float outputs calibrate kept for its reference (the weighted
+layers', on the same first samples, of the model before correction: `KeptRun.floats`), so
+check-fixed-point's float run computes only what lies between those layers (activations, adds,
+pooling) instead of every convolution again. Its own float run computes each sample with one
+BLAS thread per product (calibrate's kernels, `qcc.sim.split.float_products`), so a kept output
+is the very value its run would give.
 """
 
 from __future__ import annotations
@@ -35,6 +42,16 @@ class QuantizedSamples(Analysis):
 
     def compute(self, model: Model, am: AnalysisManager) -> KeptArrays | None:
         return None
+
+
+class KeptRun(KeptArrays):
+    """bias-correct's kept integer run (`arrays`), and the float model's values calibrate kept on
+    the same samples (`floats`, by value name: empty when there are none for this model)."""
+
+    def __init__(self, feeds: dict[str, np.ndarray], arrays: dict[str, np.ndarray], fingerprint: bytes,
+                 floats: dict[str, np.ndarray]) -> None:
+        super().__init__(feeds, arrays, fingerprint)
+        self.floats = floats
 
 
 class RunKeeper:
@@ -64,10 +81,14 @@ def annotated_fingerprint(model: Model) -> bytes:
     return digest.digest()
 
 
-def keep_run(model: Model, ctx: PassContext, feeds: dict[str, np.ndarray], keeper: RunKeeper) -> None:
-    """Store what `keeper` saw on `feeds`, for the model as it now is."""
+def keep_run(model: Model, ctx: PassContext, feeds: dict[str, np.ndarray], keeper: RunKeeper,
+             floats: dict[str, np.ndarray] | None = None) -> None:
+    """Store what `keeper` saw on `feeds`, for the model as it now is, with `floats` (the float
+    model's values on the same samples, first rows first)."""
     first = {k: np.array(v[:CHECK_SAMPLES]) for k, v in feeds.items()}
-    ctx.analyses.store(QuantizedSamples, model, KeptArrays(first, keeper.arrays, annotated_fingerprint(model)))
+    rows = min((len(v) for v in first.values()), default=0)
+    kept = {name: np.array(a[:rows]) for name, a in (floats or {}).items() if len(a) >= rows}
+    ctx.analyses.store(QuantizedSamples, model, KeptRun(first, keeper.arrays, annotated_fingerprint(model), kept))
 
 
 def kept_run(model: Model, ctx: PassContext) -> KeptArrays | None:
@@ -78,3 +99,8 @@ def kept_run(model: Model, ctx: PassContext) -> KeptArrays | None:
 def run_values(kept: KeptArrays | None, model: Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     """The kept values when they are for these feeds and this very model, else None."""
     return kept.arrays if kept is not None and kept.valid_for(feeds, annotated_fingerprint(model)) else None
+
+
+def float_values(kept: KeptArrays | None) -> dict[str, np.ndarray]:
+    """The float values kept with a run `run_values` accepted (empty: none)."""
+    return kept.floats if isinstance(kept, KeptRun) else {}

@@ -34,3 +34,22 @@ def test_integer_clip_is_the_float32_path(bits: int, bounds: tuple[float | None,
         got = fixed.clip_kernel(node, [q])[0]
         want = fixed.clip_f32(node, [q])[0]
         assert got.dtype == np.int64 and np.array_equal(got, want), (fx, fy)
+
+
+def test_one_clip_is_saturate_then_clip_with_its_layout() -> None:
+    """`clip_saturated` (one pass) against np.clip(saturate(a), lo, hi): the same values, dtype
+    and memory layout (C order where saturate copies, the input's where it clips), on channel-last
+    views (what the 1x1 integer convolution returns), other strides, in and out of range."""
+    rng = np.random.default_rng(6)
+    for bits in (8, 16):
+        bottom, top = fixed_bounds(bits)
+        for trial in range(40):
+            spread = (top + 1) * (3 if trial % 3 == 0 else 1) - 1
+            base = rng.integers(-spread - 1, spread + 1, size=(3, 5, 7, 4), dtype=np.int64)
+            for a in (base, base.transpose(0, 3, 1, 2), base[:, ::2], base[:0]):
+                lo = int(rng.integers(bottom, top))
+                hi = int(rng.integers(lo, top + 1))
+                want = np.clip(fixed.saturate(a, bits), lo, hi)
+                got = fixed.clip_saturated(a, bottom, top, lo, hi)
+                assert got.dtype == want.dtype and got.strides == want.strides and np.array_equal(got, want)
+                assert not np.shares_memory(got, a)

@@ -168,3 +168,22 @@ def test_the_bias_add_is_the_runtimes_saturating_add(bits: int) -> None:
         got = fixed.add_bias(total, view, bits)
         assert got.dtype == np.int64 and np.array_equal(got, fixed.sat_add(total, view, bits))
         assert got.min() >= lo and got.max() <= hi
+
+
+def test_depthwise_blocks_of_samples_and_groups_give_the_runtime_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The depthwise sum over taps on blocks of `TILE` outputs: one group, several groups, one
+    sample and several samples per block (partial last blocks included), float32 and float64."""
+    rng = np.random.default_rng(18)
+    for trial in range(10):
+        bits = 8 if trial % 2 else 16
+        node, args, n = conv_layer(rng, bits, True)
+        args[0] = np.concatenate([args[0]] * 3)  # 3-6 samples: blocks of several samples
+        want = runtime_conv(*args, n, bits, node)
+        per_group = int(np.prod(want.shape[2:])) * (args[1].shape[0] // node.attrs["group"])
+        per_sample = per_group * node.attrs["group"]
+        for tile in (1, per_group, 2 * per_group + 1, per_sample, 2 * per_sample + 1, 1 << 16):
+            monkeypatch.setattr(fixed, "TILE", tile)
+            for dtype in (np.float32, np.float64) if bits == 8 else (np.float64,):  # exact types only
+                monkeypatch.setattr(fixed, "exact_float", lambda *_, d=dtype: d)
+                got = fixed.conv_kernel(node, args)[0]
+                assert got.dtype == np.int64 and got.flags.c_contiguous and np.array_equal(got, want), (tile, dtype)

@@ -285,6 +285,62 @@ def test_check_fixed_point_reads_bias_corrects_integer_run(monkeypatch: pytest.M
     assert reports[2] != reports[0]
 
 
+def test_check_fixed_point_reads_calibrates_float_values() -> None:
+    """With calibrate{reference=N} (the default pipelines), bias-correct hands check-fixed-point
+    calibrate's float layer outputs on its samples: the check's float reference computed around
+    them is bit for bit the one it computes alone (every value, signs of zeros included), and the
+    report is the same as without them."""
+    from qcc.passes import check_fixed_point as check
+    from qcc.passes.quantized_samples import KeptRun, QuantizedSamples
+
+    from qcc.pm.parallel import process_split
+
+    path = str(DIGITS / "digits_cnn.onnx")
+    spec = FIXED8_NNB.replace("calibrate,", "calibrate{reference=16},") + ",bias-correct"
+    reports = []
+    for drop in (False, True):
+        model, ctx = quantize(path, spec, CALIB)
+        kept = ctx.analyses.peek(QuantizedSamples, model)
+        assert isinstance(kept, KeptRun) and len(kept.floats) >= 3
+        assert all(len(a) == 4 for a in kept.floats.values())
+        if drop:
+            kept.floats = {}
+        else:
+            split = process_split()
+            try:
+                alone = check._reference(model, split, {}).run(kept.feeds)
+                around = check._reference(model, split, kept.floats).run(kept.feeds)
+            finally:
+                split.close()
+            assert alone.keys() == around.keys()
+            for name, array in alone.items():
+                assert array.dtype == around[name].dtype and np.array_equal(array, around[name]), name
+                assert np.array_equal(np.signbit(array), np.signbit(around[name])), name
+        PassManager("check-fixed-point").run(model, ctx)
+        reports.append(ctx.report["fixed_point_check"])
+    assert reports[0] == reports[1] and reports[0]["samples"] == 4
+
+
+def test_check_fixed_point_energies_are_the_old_formulas_bits() -> None:
+    """`_energies` (one float64 temporary) against sum(r * r) and sum((r - got)**2) on float64
+    copies: random shapes and scales, float32 and float64 `got`, zeros, huge and tiny values."""
+    from qcc.passes.check_fixed_point import _energies
+
+    rng = np.random.default_rng(18)
+    for trial in range(60):
+        shape = tuple(int(d) for d in rng.integers(1, 9, size=int(rng.integers(1, 5))))
+        ref = (rng.standard_normal(shape) * 10.0 ** rng.integers(-30, 30)).astype(np.float32)
+        got = (ref + rng.standard_normal(shape).astype(np.float32) * np.float32(0.01)).astype(
+            np.float32 if trial % 2 else np.float64)
+        if trial % 5 == 0:
+            ref.reshape(-1)[::3] = 0.0
+            got.reshape(-1)[::2] = -0.0
+        r = np.asarray(ref, dtype=np.float64)
+        old = (float(np.sum(r * r)), float(np.sum((r - np.asarray(got, dtype=np.float64)) ** 2)))
+        assert _energies(ref, got) == old
+        assert _energies(ref, np.asfortranarray(got)) == old  # other layouts: the old formula itself
+
+
 def test_large_samples_are_corrected_on_fewer_of_them() -> None:
     """The default budget of input values: 8x8 digits keep all 16 samples, 96x96 RGB images
     (27648 values each) 9, 224x224 ones the floor of 4; never more than asked."""

@@ -174,14 +174,57 @@ def param_fixed_point_position(
     cands = _candidates(absmax, bits, min_frac, max_frac)
     if method == "maxabs" or len(cands) == 1:
         return _largest_fitting(lo, hi, bits, cands, rounding)
-    x = w.astype(np.float64)
-    errs = [
-        float(
-            np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2)
-        )
-        for p in cands
-    ]
+    errs = _param_errors(w, bits, cands, rounding, absmax)
     return cands[int(np.argmin(errs))]
+
+
+def _param_errors(w: np.ndarray, bits: int, cands: list[int], rounding: str, absmax: float) -> list[float]:
+    """Per candidate position p, sum((dequantized(quantize_fixed(w, p)) - w)**2) in float64.
+
+    The bits of the formula `_param_error`, in fewer passes. The scaling by 2**p is a product by
+    a power of two (exact where ldexp is; a value it would make subnormal rounds to 0 either
+    way), the clip is skipped where absmax * 2**p cannot round past the bounds. float32 weights
+    (float32 work) are compared on the integer grid: q - w * 2**p is 2**p times q * 2**-p - w in
+    the reals, and float64 rounding, squaring and pairwise summation commute with powers of two
+    while nothing leaves the normal range (|w| >= 2**-149 and |p| <= 100: every nonzero square
+    lies in [2**-498, 2**458]), so sum((q - t)**2) * 2**(-2p) is the formula's sum; t = w * 2**p
+    is exact in float32 for p >= 0 below 2**127 (a subnormal scaled up keeps its bits), other
+    positions compare q * 2**-p with w in float64 as the formula does, and so do other dtypes;
+    other layouts (another summation order) and positions far from 0 take the formula itself."""
+    if not w.flags.c_contiguous or any(abs(p) > 100 for p in cands):
+        return [_param_error(w, bits, p, rounding) for p in cands]
+    lo, hi = fixed_bounds(bits)
+    work = np.float64 if bits > 24 or w.dtype == np.float64 else np.float32
+    scaled_domain = w.dtype == np.float32 and work == np.float32
+    src = np.asarray(w, dtype=work)
+    x: np.ndarray | None = None
+    t = np.empty(w.shape, dtype=work)
+    q = np.empty(w.shape, dtype=work)
+    d = np.empty(w.shape, dtype=np.float64)
+    step = np.rint if rounding == "half_even" else np.trunc
+    errs = []
+    for p in cands:
+        with np.errstate(over="ignore"):  # past the type's range: inf, clipped to the bound (as ldexp's)
+            np.multiply(src, work(2.0 ** p), out=t)
+        step(t, out=q)
+        if math.ldexp(absmax, p) >= min(-lo, hi):  # may round to the bounds or past them
+            np.clip(q, lo, hi, out=q)
+        grid = scaled_domain and p >= 0 and math.ldexp(absmax, p) < 2.0 ** 127
+        if grid:
+            np.subtract(q, t, out=d, dtype=np.float64)
+        else:
+            x = w.astype(np.float64) if x is None else x
+            np.multiply(q, 2.0 ** -p, out=d, dtype=np.float64)
+            np.subtract(d, x, out=d)
+        np.multiply(d, d, out=d)
+        total = float(np.sum(d))
+        errs.append(total * 2.0 ** (-2 * p) if grid else total)
+    return errs
+
+
+def _param_error(w: np.ndarray, bits: int, p: int, rounding: str) -> float:
+    x = w.astype(np.float64)
+    return float(np.sum((np.ldexp(quantize_fixed(w, bits, p, rounding).astype(np.float64), -p) - x) ** 2))
 
 
 def position_errors(stats: TensorStats, bits: int, fracs: np.ndarray, rounding: str,

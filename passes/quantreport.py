@@ -15,7 +15,7 @@ import numpy as np
 
 from qcc.ir.fakequant import apply_annotation
 from qcc.ir.types import Affine, FixedPoint, QuantType
-from qcc.quant.histerr import expected_sq_error
+from qcc.quant.histerr import expected_sq_error, row_dots
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.stats import TensorStats
 
@@ -87,7 +87,7 @@ def _signal_power(stats: TensorStats) -> float:
     a = np.arange(n, dtype=np.float64) * w
     b = a + w
     second = (a * a + a * b + b * b) / 3.0  # E[x^2] for x uniform in [a, b)
-    return float(second @ stats.abs_hist().astype(np.float64))
+    return float(row_dots(second, stats.abs_hist().astype(np.float64)))
 
 
 def _db(signal: float, noise: float) -> float | None:

@@ -178,3 +178,26 @@ def test_auto_screening_shortcuts_change_nothing(seed: int, bulk: float, outlier
     if one_sided:  # the skipped side would have added +0.0 everywhere
         skipped = histerr._side_error(n, neg, steps, mid, second, w)
         assert not skipped.any() and not np.signbit(skipped).any()
+
+
+def test_histogram_errors_do_not_depend_on_the_blas_thread_count() -> None:
+    """Candidate errors decide the ranges and positions written: OpenBLAS's dgemv gave other last bits
+    at 2 threads than at 1 on 300 candidates x 2048 bins (assign-fixed-point's search), so the bytes
+    followed the machine's core count."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from qcc.quant.histerr import expected_sq_error, signal_power
+
+    rng = np.random.default_rng(7)
+    stats = TensorStats("t").update(np.concatenate([rng.standard_normal(200_000), 40 * rng.standard_normal(50)]).astype(np.float32))
+    step = np.geomspace(1e-4, 1.0, 300)
+    results = []
+    for threads in (1, 2, 4):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            results.append((expected_sq_error(stats, step, 127 * step, 128 * step), signal_power(stats)))
+    for errors, power in results[1:]:
+        assert errors.tobytes() == results[0][0].tobytes() and power == results[0][1]
+    a = rng.random((300, 2049))
+    x = rng.random(2049)
+    from qcc.quant.histerr import row_dots
+
+    assert np.allclose(row_dots(a, x), a @ x, rtol=1e-12, atol=0.0)

@@ -13,6 +13,13 @@ import numpy as np
 from qcc.quant.stats import TensorStats
 
 
+def row_dots(a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`a @ x` in numpy's own loops (einsum never calls BLAS): the chosen ranges and positions must
+    be the same bytes on every machine, and OpenBLAS's dgemv sums in another order at 2 threads than
+    at 1 (and per CPU kernel), which moved a candidate's error in its last bits."""
+    return np.einsum("...j,j->...", a, x)
+
+
 def _antiderivative(u: np.ndarray, step: np.ndarray, bound: np.ndarray, trunc: bool) -> np.ndarray:
     """H(u) with H' = e(u)^2, the squared error of quantizing magnitude u >= 0.
 
@@ -57,10 +64,10 @@ def expected_sq_error(
         b = np.asarray(bound, dtype=np.float64).reshape(-1, 1)
         if 2 * used.size < counts.size:  # sparse: only the edges of occupied bins
             h = _antiderivative(np.concatenate([edges[used], edges[used + 1]]), step, b, trunc)
-            total += ((h[:, used.size:] - h[:, :used.size]) / w) @ counts[used]
+            total += row_dots((h[:, used.size:] - h[:, :used.size]) / w, counts[used])
         else:
             h = _antiderivative(edges, step, b, trunc)
-            total += (np.diff(h, axis=1) / w) @ counts
+            total += row_dots(np.diff(h, axis=1) / w, counts)
     return total
 
 
@@ -68,7 +75,7 @@ def signal_power(stats: TensorStats) -> float:
     """Sum of x**2 over the histogram (values uniform in each bin)."""
     pos, neg, edges = _signed_counts(stats)
     a, b = edges[:-1], edges[1:]
-    return float(((a * a + a * b + b * b) / 3.0) @ (pos + neg))
+    return float(row_dots((a * a + a * b + b * b) / 3.0, pos + neg))
 
 
 def _signed_counts(stats: TensorStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

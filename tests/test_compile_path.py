@@ -272,3 +272,24 @@ def test_a_gemm_weight_is_copied_contiguous_as_numpy_copies_it(rows: int, cols: 
     assert got.tobytes() == want.tobytes()
     if view == "plain":
         assert got is v  # already contiguous: no copy, as numpy
+
+
+def test_only_the_qcc_process_tunes_malloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() without arguments is the `qcc` process itself; a caller's main([...]) leaves its process alone."""
+    import qcc.cli as cli
+
+    calls: list[int] = []
+    monkeypatch.setattr(cli, "_keep_freed_memory", lambda: calls.append(1))
+    monkeypatch.setattr(sys, "argv", ["qcc", "--version"])
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert calls == []
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert calls == [1]
+
+
+def test_malloc_tuning_runs_in_a_qcc_process() -> None:
+    code = "import qcc.cli as c; c._keep_freed_memory(); c._keep_freed_memory(); print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

@@ -3,7 +3,9 @@
 Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
 runs through the reference interpreter, an observer folds every float activation into a
 fixed-size `TensorStats` (qcc.quant.stats), on its own thread while the next activation is
-computed, and the interpreter frees the batch's tensors as it goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
+computed, and the interpreter frees the batch's tensors as it goes. A static-batch model's batches
+run whole on one thread per core instead, each observed inline and folded in batch order
+(`_SampleThreads`: the same statistics bit for bit). The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
 `Calibration` that merges exactly with another one (other batches, other workers), valid until a
 pass changes the graph without preserving it (statistics of a graph that fold-bn has since
 changed are never used).

@@ -183,7 +183,7 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
     threads = product_threads(worker_threads())
-    wide = _rebound(model, rebatch, engine) if engine == "qcc" and threads > 1 else None
+    wide = _rebound(model, rebatch, engine) if engine == "qcc" and 1 < threads <= _SAMPLE_THREADS else None
     if wide is not None:
         with one_blas_thread_or_none() as held:
             if held:  # a keeper is only ever filled from batches the model itself runs: none here
@@ -315,6 +315,13 @@ class _Run:
         if self.background is not None:
             self.background.drain()
         return Calibration(self.observer.finish(), self.samples)
+
+
+_SAMPLE_THREADS = 4
+"""Cores up to which a static-batch model's batches run whole on one thread per core: each thread
+holds a batch of activations (the rebound batch is at least one sample per core), so the memory in
+flight grows with the square of the cores; beyond this many, a batch's products are split over all
+of them as before (one batch in flight)."""
 
 
 class _SampleThreads:

@@ -125,7 +125,7 @@ def test_an_error_in_a_thread_is_raised_once_every_thread_stopped(monkeypatch: p
     assert not [t for t in threading.enumerate() if t.name.startswith("qcc-calibrate")]
 
 
-def test_one_core_or_a_dynamic_batch_keeps_one_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_core_many_cores_or_a_dynamic_batch_keep_one_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[int] = []
     run = calibrate._SampleThreads.run
 
@@ -136,6 +136,8 @@ def test_one_core_or_a_dynamic_batch_keeps_one_batch_at_a_time(monkeypatch: pyte
     monkeypatch.setattr(calibrate._SampleThreads, "run", spy)
     x = np.random.default_rng(1).standard_normal((4, 3, 10, 10)).astype(np.float32)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    collect(static_model(), {"x": x}, 1, rebatch=32)
+    monkeypatch.setattr(os, "cpu_count", lambda: calibrate._SAMPLE_THREADS + 1)  # memory: products split instead
     collect(static_model(), {"x": x}, 1, rebatch=32)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     collect(make_model({"x": ("N", 3, 10, 10)}, layers), {"x": x}, 4, rebatch=32)

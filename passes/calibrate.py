@@ -421,13 +421,18 @@ class _SampleThreads:
                 return
             with self.cond:
                 self.pending[index] = (wide, current[0], done)
-                while self.folded in self.pending:
-                    kind, observer, count = self.pending.pop(self.folded)
-                    self.totals[kind].absorb(observer)
-                    self.samples[kind] += count
-                    self.folded += 1
-                    self.folded_samples += count
-                self.cond.notify_all()
+                try:
+                    while self.folded in self.pending:
+                        kind, observer, count = self.pending.pop(self.folded)
+                        self.totals[kind].absorb(observer)
+                        self.samples[kind] += count
+                        self.folded += 1
+                        self.folded_samples += count
+                except BaseException as exc:  # never leave the other threads waiting for this fold
+                    self.errors[self.folded] = exc
+                    return
+                finally:
+                    self.cond.notify_all()
                 shown = self.folded_samples - self._shown
                 if bar and shown:
                     self._shown = self.folded_samples

@@ -172,3 +172,21 @@ def test_absorb_keeps_channels_and_refuses_what_merge_refuses() -> None:
         a.absorb(TensorStats("u", 8, channel_axis=1))
     with pytest.raises(Exception, match="cannot merge"):
         a.absorb(TensorStats("t", 16, channel_axis=1))
+
+
+def test_a_failing_fold_stops_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    absorb = calibrate._Observer.absorb
+    calls: list[int] = []
+
+    def failing(self: Any, other: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("fold failed")
+        absorb(self, other)
+
+    monkeypatch.setattr(calibrate._Observer, "absorb", failing)
+    x = np.random.default_rng(1).standard_normal((12, 3, 10, 10)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="fold failed"):
+        collect(static_model(), {"x": x}, 1, rebatch=2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("qcc-calibrate")]

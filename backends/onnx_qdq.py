@@ -21,7 +21,10 @@ docs/backends.md for what ORT fuses and the measurements behind the choices.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 import attrs
@@ -316,6 +319,42 @@ class QdqWriter(OnnxWriter):
     def __init__(self, model: Model, low: Lowering) -> None:
         super().__init__(model, low.opset)
         self.low = low
+        self.ahead: dict[int, Future[np.ndarray]] = {}
+        self._refill: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def quantizing_ahead(self) -> Iterator[None]:
+        """The quantized constants' integers computed on the cores' threads, a few constants ahead of
+        the one being written (numpy releases the GIL; each constant's integers are a function of it
+        alone, so the values are those `integers` gives in this thread). ResNet-50's 25.6 M weights:
+        0.09 s of rounding beside the proto building. At most 2 per thread wait to be written."""
+        from qcc.pm.parallel import worker_threads
+        from qcc.sim.split import product_threads
+
+        threads = min(product_threads(worker_threads()), 4)
+        values = [v for v in self.model.graph.constants if id(v) in self.low.constants]  # export_graph's order
+        if threads < 2 or len(values) < 2:
+            yield
+            return
+        with ThreadPoolExecutor(threads, thread_name_prefix="qcc-qdq") as pool:
+            pending = iter(values)
+
+            def refill() -> None:
+                while len(self.ahead) < 2 * threads:
+                    value = next(pending, None)
+                    if value is None:
+                        return
+                    self.ahead[id(value)] = pool.submit(integers, value, self.low.constants[id(value)])
+
+            self._refill = refill
+            refill()
+            try:
+                yield
+            finally:
+                self._refill = None
+                for future in self.ahead.values():
+                    future.cancel()
+                self.ahead.clear()
 
     def params(self, base: str, p: QParams) -> list[str]:
         return [self.const(f"{base}_scale", p.scale), self.integer_const(f"{base}_zero_point", p.zero_point, p.dtype)]
@@ -358,7 +397,10 @@ class QdqWriter(OnnxWriter):
         if p is None:
             super().emit_constant(value)
             return
-        q = self.integer_const(f"{value.name}_quantized", integers(value, p), p.dtype)
+        ahead = self.ahead.pop(id(value), None)
+        if self._refill is not None:
+            self._refill()
+        q = self.integer_const(f"{value.name}_quantized", integers(value, p) if ahead is None else ahead.result(), p.dtype)
         self.dequantize(q, value.name, value.name, p)
 
     def emit_node(self, node: Node) -> None:
@@ -388,12 +430,14 @@ def float_islands(model: Model, low: Lowering) -> list[dict[str, str]]:
     return out
 
 
-def to_qdq(model: Model, storage: str = "ort") -> tuple[Any, list[dict[str, str]]]:
-    """The QDQ ModelProto and the report lines for tensors left in float."""
-    low = plan(model, storage)
+def to_qdq(model: Model, storage: str = "ort", low: Lowering | None = None) -> tuple[Any, list[dict[str, str]]]:
+    """The QDQ ModelProto and the report lines for tensors left in float (`low`: `plan(model, storage)`
+    when the caller has it already)."""
+    low = plan(model, storage) if low is None else low
     w = QdqWriter(model, low)
     w.emit_inputs()
-    export_graph(w)
+    with w.quantizing_ahead():
+        export_graph(w)
     proto = finish(w)
     entry = proto.metadata_props.add()
     entry.key, entry.value = "qcc.qdq_storage", storage
@@ -426,9 +470,10 @@ class OnnxQdqBackend(Backend):
 
     def serialize(self, model: Model, out: str | os.PathLike[str], options: QdqOptions) -> WriteResult:
         """Write atomically; the tensors left in float are the report's float fallbacks."""
-        proto, fallbacks = to_qdq(model, options.storage)
+        low = plan(model, options.storage)
+        islands = float_islands(model, low)  # before the export: what plan() says, as the report always had it
+        proto, fallbacks = to_qdq(model, options.storage, low)
         atomic_write_bytes(out, proto.SerializeToString())
-        islands = float_islands(model, plan(model, options.storage))
         return WriteResult(tuple(fallbacks), {"float_islands": islands} if islands else {})
 
 

@@ -78,8 +78,9 @@ def resolve_target(*args, **kwargs):
 manager.build_passes = build_passes
 driver.build_passes = build_passes
 driver.resolve_target = resolve_target
+sys.argv = ["qcc", *argv]
 try:
-    qcc.cli.main(argv)
+    qcc.cli.main()  # as `qcc` runs it: main() reads sys.argv (and tunes the process as it does then)
 except SystemExit as exc:
     if exc.code not in (0, None):
         raise

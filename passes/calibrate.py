@@ -3,7 +3,9 @@
 Memory does not grow with the number of samples (onnxruntime #10503, #11020, #21979): each batch
 runs through the reference interpreter, an observer folds every float activation into a
 fixed-size `TensorStats` (qcc.quant.stats), on its own thread while the next activation is
-computed, and the interpreter frees the batch's tensors as it goes. The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
+computed, and the interpreter frees the batch's tensors as it goes. A static-batch model's batches
+run whole on one thread per core instead, each observed inline and folded in batch order
+(`_SampleThreads`: the same statistics bit for bit). The statistics are a cached analysis (`CalibrationStats`) of the pass manager: a
 `Calibration` that merges exactly with another one (other batches, other workers), valid until a
 pass changes the graph without preserving it (statistics of a graph that fold-bn has since
 changed are never used).
@@ -12,8 +14,10 @@ changed are never used).
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
@@ -32,7 +36,7 @@ from qcc.pm.parallel import Workers, process_split, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
-from qcc.sim.split import SplitProducts, float_products, product_threads
+from qcc.sim.split import SplitProducts, float_products, one_blas_thread_or_none, product_threads
 
 
 def _positive(name: str) -> Any:
@@ -178,6 +182,12 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
 
     count = len(next(iter(feeds.values()))) if feeds else 0
     batches = (to_model(model, {k: v[start:start + batch] for k, v in feeds.items()}) for start in range(0, count, batch))
+    threads = product_threads(worker_threads())
+    wide = _rebound(model, rebatch, engine) if engine == "qcc" and 1 < threads <= _SAMPLE_THREADS else None
+    if wide is not None:
+        with one_blas_thread_or_none() as held:
+            if held:  # a keeper is only ever filled from batches the model itself runs: none here
+                return _SampleThreads(model, wide, num_bins, pre_bias, threads).run(batches, count, progress)
     return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias, keeper)
 
 
@@ -307,6 +317,129 @@ class _Run:
         return Calibration(self.observer.finish(), self.samples)
 
 
+_SAMPLE_THREADS = 4
+"""Cores up to which a static-batch model's batches run whole on one thread per core: each thread
+holds a batch of activations (the rebound batch is at least one sample per core), so the memory in
+flight grows with the square of the cores; beyond this many, a batch's products are split over all
+of them as before (one batch in flight)."""
+
+
+class _SampleThreads:
+    """The interpreter's calibration with each thread running whole batches of the rebound model.
+
+    `collect_batches` runs one batch at a time: its products split by samples over the threads,
+    everything else (Relu, Add, pooling: a tenth of ResNet-50's CPU) in the calling thread and
+    the binning on a third thread, so the cores wait for each other at every layer. Here each of
+    `threads` threads takes the next batch, runs it through an interpreter of its own (products cut
+    into the same parts as `SplitProducts(threads)` cuts them, computed one after another: same
+    calls on the same slices, same bits) and observes it inline into statistics of that batch
+    alone; the batches' statistics are folded in batch order (`TensorStats.absorb`, exact), so the
+    result is bit for bit `collect_batches`'s: min/max ties of -0.0 and +0.0 included, which
+    depend on the order values are met. At most 2 * threads batches' statistics wait to be folded.
+    """
+
+    def __init__(self, model: Model, wide: Model, num_bins: int, pre_bias: frozenset[str], threads: int) -> None:
+        self.models = {True: wide, False: model}
+        self.totals = {True: _Observer(wide, num_bins, pre_bias), False: _Observer(model, num_bins, pre_bias)}
+        self.samples = {True: 0, False: 0}
+        self.size, self.step, self.threads = _batch_of(wide), _batch_of(model), threads
+        self.cond = threading.Condition()
+        self.handed = self.folded = self.folded_samples = 0
+        self.pending: dict[int, tuple[bool, _Observer, int]] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.exhausted = False
+        self.source: Iterator[dict[str, np.ndarray]] = iter(())
+
+    def run(self, batches: Iterable[dict[str, np.ndarray]], total: int | None, progress: bool) -> Calibration:
+        from qcc.progress import progress_bar
+
+        self.source = _regroup(batches, self.size)
+        others = [threading.Thread(target=self._work, name="qcc-calibrate", daemon=True)
+                  for _ in range(self.threads - 1)]
+        with progress_bar(total, "calibrate", progress) as bar:
+            for thread in others:
+                thread.start()
+            try:
+                self._work(bar)
+            finally:
+                with self.cond:
+                    self.exhausted = True
+                    self.cond.notify_all()
+                for thread in others:
+                    thread.join()
+            if self.errors:
+                raise self.errors[min(self.errors)]
+            if bar and self.folded_samples > self._shown:
+                bar(self.folded_samples - self._shown)
+        big = Calibration(self.totals[True].finish(), self.samples[True])
+        return big.merge(Calibration(self.totals[False].finish(), self.samples[False]))
+
+    _shown = 0
+
+    def _work(self, bar: Callable[[int], object] | None = None) -> None:
+        split = SplitProducts(self.threads, inline=True)
+        current: list[_Observer] = []
+        runners: dict[bool, Runner] = {}
+
+        def observe(value: Value, array: np.ndarray) -> None:
+            current[0](value, array)
+
+        while True:
+            with self.cond:
+                while not (self.errors or self.exhausted) and self.handed - self.folded >= 2 * self.threads:
+                    self.cond.wait()
+                if self.errors or self.exhausted:
+                    return
+                index = self.handed
+                try:
+                    feeds = next(self.source)
+                except StopIteration:
+                    self.exhausted = True
+                    self.cond.notify_all()
+                    return
+                except BaseException as exc:
+                    self.errors[index] = exc
+                    self.cond.notify_all()
+                    return
+                self.handed += 1
+            try:
+                done = samples_in(self.models[False], feeds)
+                wide = done == self.size
+                current[:] = [self.totals[wide].fresh()]
+                if wide not in runners:
+                    runners[wide] = _qcc_runner(self.models[wide], observe, split)
+                if wide:
+                    runners[wide](feeds)
+                else:  # the last samples, at the static batch
+                    for start in range(0, done, self.step):
+                        current[0].batch_counts.clear()
+                        runners[wide]({k: v[start:start + self.step] for k, v in feeds.items()})
+            except BaseException as exc:
+                with self.cond:
+                    self.errors[index] = exc
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.pending[index] = (wide, current[0], done)
+                try:
+                    while self.folded in self.pending:
+                        kind, observer, count = self.pending.pop(self.folded)
+                        self.totals[kind].absorb(observer)
+                        self.samples[kind] += count
+                        self.folded += 1
+                        self.folded_samples += count
+                except BaseException as exc:  # never leave the other threads waiting for this fold
+                    self.errors[self.folded] = exc
+                    return
+                finally:
+                    self.cond.notify_all()
+                shown = self.folded_samples - self._shown
+                if bar and shown:
+                    self._shown = self.folded_samples
+            if bar and shown:
+                bar(shown)
+
+
 def _rebound(model: Model, rebatch: int | None, engine: str = "qcc") -> Model | None:
     """The model rebound to `rebatch` samples (rounded down to a multiple of its static batch),
     or None (no static batch, nothing to gain, or a graph that mixes samples).
@@ -420,6 +553,19 @@ class _Observer:
         self.relu_sources = set(self.relu_input.values())
         self.batch_counts: dict[int, BatchCounts | None] = {}  # this batch's, by Relu input
         self.keeper: Keeper | None = None
+
+    def fresh(self) -> _Observer:
+        """An observer of the same tensors with empty statistics (one batch's, on a thread of its own)."""
+        other = copy.copy(self)
+        other.stats = {name: TensorStats(name, self.num_bins) for name in self.stats}
+        other.batch_counts = {}
+        other.keeper = None
+        return other
+
+    def absorb(self, other: _Observer) -> None:
+        """Fold `other`'s statistics (a fresh() observer's, of later samples) into these, exactly."""
+        for name, st in other.stats.items():
+            self.stats[name].absorb(st)
 
     def stop_keeping(self) -> None:
         """Called on the binning thread, in order with the observations (the first batch's are kept)."""

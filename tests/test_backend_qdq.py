@@ -301,3 +301,53 @@ def test_light_resnet50_runs_in_ort(tmp_path: Path) -> None:
     assert y.shape == (1, 1000) and np.isfinite(y).all()
     assert ort_quant.fused_ops(out)["QLinearConv"] == 53
     assert not ort_quant.float_ops(out)
+
+
+@pytest.mark.parametrize("scheme", ["uint8", "int8", "fixed8"])
+@pytest.mark.parametrize("storage", ["ort", "annotated"])
+def test_integers_quantized_ahead_on_threads_are_the_bytes_of_one_thread(
+        compiled: dict[str, Any], monkeypatch: pytest.MonkeyPatch, scheme: str, storage: str) -> None:
+    """QdqWriter.quantizing_ahead computes the weights' integers on the cores' threads while the graph
+    is written: the serialized model is the one a single thread writes, and the islands of the report
+    are those a fresh plan gives after the export (as serialize computed them before)."""
+    import os
+    import threading
+
+    import qcc.backends.onnx_qdq as qdq
+
+    model = compiled[scheme][0]
+    ran_on: set[str] = set()
+    integers = qdq.integers
+
+    def spy(*args: Any) -> np.ndarray:
+        ran_on.add(threading.current_thread().name)
+        return integers(*args)
+
+    monkeypatch.setattr(qdq, "integers", spy)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    one = qdq.to_qdq(model, storage)[0].SerializeToString()
+    assert ran_on == {threading.current_thread().name}
+    ran_on.clear()
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    low = qdq.plan(model, storage)
+    before = qdq.float_islands(model, low)
+    proto, _ = qdq.to_qdq(model, storage, low)
+    assert ran_on and all(name.startswith("qcc-qdq") for name in ran_on)
+    assert proto.SerializeToString() == one
+    assert before == qdq.float_islands(model, qdq.plan(model, storage))
+    assert not [t for t in threading.enumerate() if t.name.startswith("qcc-qdq")]
+
+
+def test_an_error_quantizing_ahead_surfaces_where_the_constant_is_written(
+        compiled: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import qcc.backends.onnx_qdq as qdq
+
+    def failing(*args: Any) -> np.ndarray:
+        raise ValueError("no integers")
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(qdq, "integers", failing)
+    with pytest.raises(ValueError, match="no integers"):
+        qdq.to_qdq(compiled["int8"][0])

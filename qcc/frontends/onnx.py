@@ -218,6 +218,24 @@ def _conv1d(ctx: _Ctx, node: Any, attrs: dict[str, Any], x: Value) -> None:
     ctx.emit(node, "Reshape", [y2], {"shape": [0, 0, -1]}, name=None)
 
 
+_ROWS = 16
+"""Rows of the source a transposed copy moves at a time: their columns stay in cache."""
+
+
+def contiguous(w: np.ndarray) -> np.ndarray:
+    """`np.ascontiguousarray(w)`, the same values: a transposed matrix (Gemm's transB weight) is copied
+    in blocks of its source's rows. numpy copies a transposed view element by element across the
+    whole source, a cache miss per element: 8 ms warm, 26 ms in a compile for ResNet-50's 1000 x 2048
+    classifier, against 2 ms in blocks."""
+    source = w.T
+    if w.ndim != 2 or w.flags.c_contiguous or not source.flags.c_contiguous or w.size < 1 << 12:
+        return np.ascontiguousarray(w)
+    out = np.empty(w.shape, dtype=w.dtype)
+    for start in range(0, source.shape[0], _ROWS):
+        out[:, start:start + _ROWS] = source[start:start + _ROWS].T
+    return out
+
+
 @importer("Gemm", emits=("Transpose", "Dense", "Add", "MatMul", "Mul"))
 def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
@@ -238,7 +256,7 @@ def _gemm(ctx: _Ctx, node: Any, attrs: dict[str, Any]) -> None:
                 b = np.broadcast_to(c.reshape(-1), (w.shape[1],)).astype(np.float32)
             else:
                 raise UnsupportedError(f"{ctx.source}: node {node.name!r} (Gemm): bias of shape {c.shape} is not per output")
-        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), np.ascontiguousarray(w))
+        wv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[1] + ("_t" if trans_b else "")), contiguous(w))
         bv = ctx.graph.add_constant(ctx.graph.unique_name(node.input[2]), b) if b is not None else None
         onnx_quant.carry_gemm_annotations(ctx, node, wv, bv, bool(trans_b), alpha == 1.0 and beta == 1.0)
         if len(node.input) > 2 and node.input[2] and b is None:

@@ -305,6 +305,22 @@ class TensorStats:
             channel_max=cmax,
         )
 
+    def absorb(self, other: TensorStats) -> None:
+        """Become `self.merge(other)` in place: the same values, without a new histogram when
+        `other` is at this level or below (calibration's threads fold one batch after another)."""
+        if other.num_bins != self.num_bins or other.channel_axis != self.channel_axis or other.name != self.name:
+            self.merge(other)  # raises the error merge names
+        k = max(self.log2_extent, other.log2_extent)
+        self._grow(k)
+        self.hist += other.hist if other.log2_extent == k else rebin(other.hist, k - other.log2_extent)
+        self.channel_min, self.channel_max = _merge_channels(self, other)
+        self.count += other.count
+        self.zero_count += other.zero_count
+        self.nan_count += other.nan_count
+        self.inf_count += other.inf_count
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+
     # ------------------------------------------------------------------ persistence
 
     def to_dict(self) -> dict[str, Any]:

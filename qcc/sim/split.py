@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -50,6 +50,18 @@ def one_blas_thread() -> Iterator[None]:
             limits.restore_original_limits()
 
 
+@contextlib.contextmanager
+def one_blas_thread_or_none() -> Iterator[bool]:
+    """`one_blas_thread()` that says whether it could hold BLAS at one thread (False without
+    threadpoolctl: then nothing is held)."""
+    limits = _one_blas_thread_limits()
+    try:
+        yield limits is not None
+    finally:
+        if limits is not None:
+            limits.restore_original_limits()
+
+
 def _one_blas_thread_limits() -> Any:
     """BLAS limited to one thread until the returned limits are restored; None without
     threadpoolctl (a declared dependency; kept optional here so the core imports only numpy)."""
@@ -65,10 +77,14 @@ class SplitProducts:
     them as they are. BLAS runs one thread per call while it is open, `threads` 1 included: the
     bits of a run are those of one BLAS thread whatever the number of cores."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, inline: bool = False) -> None:
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._limits: Any = _one_blas_thread_limits()
+        self._pool: ThreadPoolExecutor | _Inline | None = None
+        if inline:  # the caller holds BLAS at one thread (one_blas_thread) for as long as this is used
+            self._limits: Any = None
+            self._pool = _Inline() if threads > 1 else None
+            return
+        self._limits = _one_blas_thread_limits()
         if self._limits is None:
             self.threads = 1
             return
@@ -121,6 +137,20 @@ class SplitProducts:
         if self._limits is not None:
             self._limits.restore_original_limits()
             self._limits = None
+
+
+class _Inline:
+    """A pool that runs each task at once in the calling thread: `SplitProducts(threads, inline=True)`
+    makes the very calls, on the very slices, that `threads` pool threads would (same bits), one
+    after another. Calibration's sample-parallel runs use it: their threads each run whole batches."""
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        done: Future[T] = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def shutdown(self) -> None:
+        pass
 
 
 def float_products(split: SplitProducts, rows_alone: bool = True) -> dict[str, Kernel]:

@@ -237,7 +237,8 @@ def channel_min_max(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     NaN: where some channel's result is zero or NaN the whole-array reduction gives it instead."""
     axes = tuple(a for a in range(array.ndim) if a != 1)
     n = int(array.shape[0]) if array.ndim >= 2 else 0
-    if n < 2 or array.ndim < 3 or array[0, 0].size > _SMALL_MAP or not array.flags.c_contiguous:
+    if n < 2 or array.ndim < 3 or array[0, 0].size > _SMALL_MAP or not array.flags.c_contiguous \
+            or array.dtype.kind != "f":
         return array.min(axis=axes), array.max(axis=axes)
     rows = array.reshape(n, int(array.shape[1]), -1)
     lo = np.minimum.reduce(rows, axis=0).min(axis=1)

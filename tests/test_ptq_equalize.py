@@ -394,7 +394,7 @@ def test_channel_min_max_gives_the_bits_of_the_whole_array_reduction(shape: tupl
     from qcc.passes.equalize import channel_min_max
 
     rng = np.random.default_rng(7)
-    for case in range(6):
+    for case in range(7):
         a = rng.standard_normal(shape).astype(np.float32)
         c = shape[1]
         if case == 1:  # channels that never go below or above zero, with signed zeros
@@ -411,6 +411,8 @@ def test_channel_min_max_gives_the_bits_of_the_whole_array_reduction(shape: tupl
             a.reshape(-1)[rng.integers(0, a.size, 3)] = -np.inf
         elif case == 5:
             a = a.astype(np.float64)
+        elif case == 6:
+            a = (a * 10).astype(np.int32)  # no NaN test on integers: the whole-array reduction
         axes = tuple(i for i in range(a.ndim) if i != 1)
         lo, hi = channel_min_max(a)
         for got, want in ((lo, a.min(axis=axes)), (hi, a.max(axis=axes))):

@@ -467,3 +467,52 @@ def test_the_data_run_stops_after_the_last_clamp_input(mobilenet_digits_files: N
             lo, hi = full[id(p.clamp.input(0))]
             assert p.data_lo is not None and p.data_hi is not None
             assert p.data_lo.tobytes() == lo.tobytes() and p.data_hi.tobytes() == hi.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 7, 5), (3, 16, 12, 12), (9, 32, 9, 11), (2, 960, 3, 3), (5, 24, 48, 48)])
+def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int, int, int]) -> None:
+    """equalize's data run computes float32 depthwise convolutions channels last: the same products
+    and tap-ordered sums as nn.conv2d, so the bytes of every output (strides, dilations, asymmetric
+    padding, 1-D kernels, -0.0, NaN, inf, bias with -0.0, into a given array), and nn.conv2d itself
+    for what it does not cover (a channel multiplier, a 1x1 kernel, float64)."""
+    from qcc.passes.equalize import _conv
+
+    from qcc.ir.ops import nn
+
+    rng = np.random.default_rng(8)
+    _, c, h, wd = shape
+    cases = 0
+    for case, (k, s, d, pads) in enumerate((k, s, d, p) for k in [(3, 3), (5, 5), (1, 3), (3, 1)] for s in [1, 2]
+                                          for d in [1, 2] for p in [[1, 1, 1, 1], [0, 0, 0, 0], [2, 1, 0, 1]]):
+        if (h + pads[0] + pads[2] - d * (k[0] - 1) - 1) < 0 or (wd + pads[1] + pads[3] - d * (k[1] - 1) - 1) < 0:
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1)[rng.integers(0, x.size, x.size // 5)] = -0.0
+        if case % 7 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 2)] = np.nan
+        if case % 11 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 2)] = np.inf
+        w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+        w.reshape(-1)[rng.integers(0, w.size, max(1, w.size // 6))] = -0.0
+        b = None if case % 3 == 0 else rng.standard_normal(c).astype(np.float32)
+        if b is not None and case % 5 == 0:
+            b[::2] = -0.0
+        attrs = {"strides": [s, s], "pads": pads, "dilations": [d, d], "group": c}
+        with np.errstate(all="ignore"):
+            want = nn.conv2d(x, w, b, attrs)
+            got = _conv(x, w, b, attrs)
+            into = np.empty_like(want)
+            _conv(x, w, b, attrs, into)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes() and into.tobytes() == want.tobytes()
+        cases += 1
+    assert cases > 20
+    x = rng.standard_normal(shape).astype(np.float32)
+    for w, attrs in [(rng.standard_normal((2 * c, 1, 3, 3)).astype(np.float32), {"group": c}),
+                     (rng.standard_normal((c, 1, 1, 1)).astype(np.float32), {"group": c}),
+                     (rng.standard_normal((c, c, 3, 3)).astype(np.float32), {"group": 1})]:
+        full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], **attrs}
+        assert _conv(x, w, None, full).tobytes() == nn.conv2d(x, w, None, full).tobytes()
+    x64 = x.astype(np.float64)
+    w64 = rng.standard_normal((c, 1, 3, 3))
+    full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": c}
+    assert _conv(x64, w64, None, full).tobytes() == nn.conv2d(x64, w64, None, full).tobytes()

@@ -342,3 +342,177 @@ def test_pending_multiplications_give_the_bits_of_sequential_ones(shape: tuple[i
             assert work.in_range(layer, shape[1] * group).tobytes() == \
                 input_ranges(layer, expected, shape[1] * group).tobytes()
         assert work.get(layer)[0].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("op,shape,group", [("Dense", (1280, 1000), 1), ("Dense", (3000, 70), 1), ("Dense", (70, 3000), 1),
+                                            ("ConvTranspose", (24, 40, 3, 3), 1), ("ConvTranspose", (24, 5, 3, 3), 4)])
+def test_ranges_of_layers_whose_output_axis_is_1_are_read_block_by_block(op: str, shape: tuple[int, ...],
+                                                                        group: int) -> None:
+    """Dense and ConvTranspose (output channels on weight axis 1): their input ranges (weight
+    rows) and one-group output ranges (the rows' elementwise maximum) are reduced block by block
+    like a Conv's; with and without pending factors, the bits of output_ranges / input_ranges."""
+    from qcc.passes import equalize as eq
+    from qcc.passes.channel_fold import input_ranges, output_ranges
+
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal(shape).astype(np.float32)
+    cin = shape[0]
+    if op == "Dense":
+        ir = make_model({"x": ("N", cin)}, lambda g, x: g.add("Dense", x, g.add_constant("w", w), name="layer"))
+    else:
+        ir = make_model({"x": ("N", cin, 6, 6)}, lambda g, x: g.add("ConvTranspose", x, g.add_constant("w", w),
+                                                                     name="layer", group=group))
+    layer = next(n for n in ir.graph.nodes if n.op == op)
+    w0 = w.astype(np.float64) * np.exp2(rng.integers(-20, 20, shape))
+    w0[:, 0] = -0.0  # zero columns and rows: their maxima are zeros
+    w0[1] = 0.0
+    cout = shape[1] * group
+    assert eq._blocked(layer, w0, "in", cin) == "rows"
+    assert eq._blocked(layer, w0, "out", cout) == ("cols" if group == 1 else None)
+    for factors in ([], [np.exp(rng.uniform(-1, 1, cin)) for _ in range(5)]):
+        expected = w0.copy()
+        for f in factors:
+            expected = expected * f.reshape(-1, *([1] * (w0.ndim - 1)))
+        for want in ("out", "in"):
+            work = eq._Weights([])
+            work.arrays[id(layer)] = (layer, w0.copy(), np.zeros(cout))
+            for f in factors:
+                work.scale_in(layer, f)
+            if want == "out":
+                assert work.out_range(layer).tobytes() == output_ranges(layer, expected).tobytes()
+            else:
+                assert work.in_range(layer, cin).tobytes() == input_ranges(layer, expected, cin).tobytes()
+            assert work.get(layer)[0].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(9, 32, 48, 48), (9, 384, 6, 6), (9, 960, 3, 3), (1, 64, 3, 3), (5, 7, 11),
+                                   (4, 16), (3, 8, 2, 2, 2)])
+def test_channel_min_max_gives_the_bits_of_the_whole_array_reduction(shape: tuple[int, ...]) -> None:
+    """equalize's per-channel minimum and maximum (samples first on small maps) against numpy's
+    reduction over every axis but 1: the same values and dtype, the sign of a zero and NaN
+    included (a channel whose extreme is a zero or NaN falls back to the whole-array reduction)."""
+    from qcc.passes.equalize import channel_min_max
+
+    rng = np.random.default_rng(7)
+    for case in range(7):
+        a = rng.standard_normal(shape).astype(np.float32)
+        c = shape[1]
+        if case == 1:  # channels that never go below or above zero, with signed zeros
+            a[:, : c // 2] = np.abs(a[:, : c // 2])
+            a[:, c // 2:] = -np.abs(a[:, c // 2:])
+            a.reshape(-1)[rng.integers(0, a.size, a.size // 3)] = -0.0
+            a.reshape(-1)[rng.integers(0, a.size, a.size // 3)] = 0.0
+        elif case == 2:  # an all-zero channel of mixed signs
+            a[:, 0] = np.where(rng.random(a[:, 0].shape) < 0.5, 0.0, -0.0)
+        elif case == 3:
+            a.reshape(-1)[rng.integers(0, a.size, 3)] = np.nan
+        elif case == 4:
+            a.reshape(-1)[rng.integers(0, a.size, 3)] = np.inf
+            a.reshape(-1)[rng.integers(0, a.size, 3)] = -np.inf
+        elif case == 5:
+            a = a.astype(np.float64)
+        elif case == 6:
+            a = (a * 10).astype(np.int32)  # no NaN test on integers: the whole-array reduction
+        axes = tuple(i for i in range(a.ndim) if i != 1)
+        lo, hi = channel_min_max(a)
+        for got, want in ((lo, a.min(axis=axes)), (hi, a.max(axis=axes))):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_the_data_run_stops_after_the_last_clamp_input(mobilenet_digits_files: NetFiles,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """equalize's data run leaves out the nodes no clamp input depends on (the head after the
+    last clamp) and observes the per-channel ranges a full run gives."""
+    from qcc.passes import equalize as eq
+    from qcc.passes.quantutil import calibration_batches
+
+    from qcc.ir.registry import get_schema
+    from qcc.sim.interpreter import Interpreter
+
+    model, ctx = folded(mobilenet_digits_files, "fold-bn")
+    pairs = eq.find_pairs(model.graph)
+    values = [p.clamp.input(0) for p in pairs if p.clamp is not None]
+    ran: list[str] = []
+
+    def recording(graph: Any, kernels: dict[str, Any], wanted: list[Any]) -> dict[str, Any]:
+        chosen = real(graph, kernels, wanted)
+
+        def record(kernel: Any) -> Any:
+            def run(node: Any, arrays: list[np.ndarray]) -> list[np.ndarray]:
+                out = kernel(node, arrays)
+                if out[0] is not eq._NOT_RUN:
+                    ran.append(node.name)
+                return out  # type: ignore[no-any-return]
+            return run
+
+        return {op: record(chosen.get(op) or get_schema(op).kernel) for op in {n.op for n in graph.nodes}}
+
+    real = eq._skipping
+    monkeypatch.setattr(eq, "_skipping", recording)
+    eq.Equalize()._observe(model, pairs, ctx)
+    last = max(model.graph.nodes.index(v.producer()) for v in values)
+    assert last < len(model.graph.nodes) - 1  # there is a head to leave out
+    assert set(ran) == {n.name for n in model.graph.nodes[:last + 1]}  # a chain: everything before it runs
+    full: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for batch in calibration_batches(model, ctx, 32, 64, eq.INPUT_VALUES):
+        arrays = Interpreter(model).run(batch, outputs=[v.name for v in values])
+        for v in values:
+            a = arrays[v.name]
+            axes = tuple(i for i in range(a.ndim) if i != 1)
+            lo, hi = a.min(axis=axes).astype(np.float64), a.max(axis=axes).astype(np.float64)
+            old = full.get(id(v))
+            full[id(v)] = (lo, hi) if old is None else (np.minimum(old[0], lo), np.maximum(old[1], hi))
+    for p in pairs:
+        if p.clamp is not None:
+            lo, hi = full[id(p.clamp.input(0))]
+            assert p.data_lo is not None and p.data_hi is not None
+            assert p.data_lo.tobytes() == lo.tobytes() and p.data_hi.tobytes() == hi.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 7, 5), (3, 16, 12, 12), (9, 32, 9, 11), (2, 960, 3, 3), (5, 24, 48, 48)])
+def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int, int, int]) -> None:
+    """equalize's data run computes float32 depthwise convolutions channels last: the same products
+    and tap-ordered sums as nn.conv2d, so the bytes of every output (strides, dilations, asymmetric
+    padding, 1-D kernels, -0.0, NaN, inf, bias with -0.0, into a given array), and nn.conv2d itself
+    for what it does not cover (a channel multiplier, a 1x1 kernel, float64)."""
+    from qcc.passes.equalize import _conv
+
+    from qcc.ir.ops import nn
+
+    rng = np.random.default_rng(8)
+    _, c, h, wd = shape
+    cases = 0
+    for case, (k, s, d, pads) in enumerate((k, s, d, p) for k in [(3, 3), (5, 5), (1, 3), (3, 1)] for s in [1, 2]
+                                          for d in [1, 2] for p in [[1, 1, 1, 1], [0, 0, 0, 0], [2, 1, 0, 1]]):
+        if (h + pads[0] + pads[2] - d * (k[0] - 1) - 1) < 0 or (wd + pads[1] + pads[3] - d * (k[1] - 1) - 1) < 0:
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1)[rng.integers(0, x.size, x.size // 5)] = -0.0
+        if case % 7 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 2)] = np.nan
+        if case % 11 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 2)] = np.inf
+        w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+        w.reshape(-1)[rng.integers(0, w.size, max(1, w.size // 6))] = -0.0
+        b = None if case % 3 == 0 else rng.standard_normal(c).astype(np.float32)
+        if b is not None and case % 5 == 0:
+            b[::2] = -0.0
+        attrs = {"strides": [s, s], "pads": pads, "dilations": [d, d], "group": c}
+        with np.errstate(all="ignore"):
+            want = nn.conv2d(x, w, b, attrs)
+            got = _conv(x, w, b, attrs)
+            into = np.empty_like(want)
+            _conv(x, w, b, attrs, into)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes() and into.tobytes() == want.tobytes()
+        cases += 1
+    assert cases > 20
+    x = rng.standard_normal(shape).astype(np.float32)
+    for w, attrs in [(rng.standard_normal((2 * c, 1, 3, 3)).astype(np.float32), {"group": c}),
+                     (rng.standard_normal((c, 1, 1, 1)).astype(np.float32), {"group": c}),
+                     (rng.standard_normal((c, c, 3, 3)).astype(np.float32), {"group": 1})]:
+        full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], **attrs}
+        assert _conv(x, w, None, full).tobytes() == nn.conv2d(x, w, None, full).tobytes()
+    x64 = x.astype(np.float64)
+    w64 = rng.standard_normal((c, 1, 3, 3))
+    full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": c}
+    assert _conv(x64, w64, None, full).tobytes() == nn.conv2d(x64, w64, None, full).tobytes()

@@ -20,6 +20,7 @@ from qcc.ir.core import Graph, Model, Value
 from qcc.sim.interpreter import Interpreter
 from qcc.sim.split import SplitProducts
 from qcc.testing import constant, make_model
+from tests.thread_spy import blas_threads, conv_threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -46,10 +47,6 @@ def data(samples: int) -> np.ndarray:
     return np.random.default_rng(5).standard_normal((samples, 3, 10, 10)).astype(np.float32)
 
 
-def blas_threads() -> list[int]:
-    return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
-
-
 @pytest.mark.parametrize("threads", [2, 3])
 def test_each_sample_gets_the_bits_it_has_alone(threads: int) -> None:
     from qcc.sim.split import per_sample as _per_sample
@@ -69,14 +66,7 @@ def test_each_sample_gets_the_bits_it_has_alone(threads: int) -> None:
 def test_collect_splits_the_products_with_the_statistics_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     m, x = model(), data(9)
     before = blas_threads()
-    ran_on: set[str] = set()
-    conv2d = nn_ops.conv2d
-
-    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
-        ran_on.add(threading.current_thread().name)
-        return conv2d(*args, **kwargs)
-
-    monkeypatch.setattr(nn_ops, "conv2d", spy)
+    ran_on = conv_threads(monkeypatch)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     one = collect(m, {"x": x}, 3).to_dict()
     assert ran_on == {threading.current_thread().name}

@@ -25,6 +25,7 @@ from qcc.ir.core import Graph, Model, Value
 from qcc.ir.samples import to_model
 from qcc.quant.stats import TensorStats
 from qcc.testing import constant, make_model
+from tests.thread_spy import blas_threads, conv_threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -59,10 +60,6 @@ def sequential(model: Model, x: np.ndarray, rebatch: int, pre_bias: frozenset[st
     return collect_batches(model, batches, len(x), rebatch=rebatch, pre_bias=pre_bias)
 
 
-def blas_threads() -> list[int]:
-    return [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
-
-
 @pytest.mark.parametrize("cores", [2, 3])
 @pytest.mark.parametrize(("samples", "rebatch"), [(1, 2), (5, 2), (8, 2), (13, 3), (13, 32), (70, 32)])
 @pytest.mark.parametrize("pre_bias", [frozenset(), frozenset({"Conv"})])
@@ -72,14 +69,7 @@ def test_threads_give_the_statistics_of_one_batch_at_a_time(monkeypatch: pytest.
     m = static_model()
     x = np.random.default_rng(samples).standard_normal((samples, 3, 10, 10)).astype(np.float32)
     before = blas_threads()
-    ran_on: set[str] = set()
-    conv2d = nn_ops.conv2d
-
-    def spy(*args: Any, **kwargs: Any) -> np.ndarray:
-        ran_on.add(threading.current_thread().name)
-        return conv2d(*args, **kwargs)
-
-    monkeypatch.setattr(nn_ops, "conv2d", spy)
+    ran_on = conv_threads(monkeypatch)
     threaded = collect(m, {"x": x}, 1, rebatch=rebatch, pre_bias=pre_bias)
     assert any(name.startswith("qcc-calibrate") for name in ran_on) or samples < 2 * rebatch
     assert not any(name.startswith("qcc-product") for name in ran_on)  # no per-layer hand-offs

@@ -170,8 +170,7 @@ class Equalize(Pass):
         split = process_split()
         background = BackgroundObserver(observe)
         try:
-            products = {**float_products(split, rows_alone=False), "Conv": split.wrap(_conv_kernel, _conv_into)}
-            kernels = _skipping(model.graph, {**products, "Quantize": passthrough},
+            kernels = _skipping(model.graph, {**float_products(split, rows_alone=False), "Quantize": passthrough},
                                 [p.clamp.input(0) for p in pairs if p.clamp is not None])
             interp = Interpreter(model, kernels=kernels, observer=lambda value, array: background(value, array)
                                  if id(value) in wanted else None)
@@ -189,66 +188,6 @@ class Equalize(Pass):
             ctx.note(SECTION, f"{pair.name}: {pair.clamp.op} bounds the values and there is no calibration "
                      "data to show it is inactive: not equalized")
         return smin, smax
-
-
-def _conv_kernel(node: Node, xs: list[np.ndarray]) -> list[np.ndarray]:
-    return [_conv(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs)]
-
-
-def _conv_into(node: Node, xs: list[np.ndarray], out: np.ndarray) -> None:
-    _conv(xs[0], xs[1], xs[2] if len(xs) > 2 else None, node.attrs, out)
-
-
-def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
-          out: np.ndarray | None = None) -> np.ndarray:
-    """nn.conv2d's bytes; a float32 depthwise convolution (one input and one output channel per
-    group, a kernel larger than 1x1) computed channels last.
-
-    nn.conv2d's depthwise multiplies a strided tap view by each channel's weight broadcast over the
-    map: numpy copies both into buffers (in this run, more instructions than the 1x1 products'
-    BLAS). Here the zero-padded input is transposed once to (N, H, W, C): each tap is a view with
-    C contiguous, times the tap's weights (C,), added onto zeros in the same tap order, then the
-    sum is transposed back and the bias added, as there: the same float32 products and sums, bit
-    for bit (MobileNetV2's depthwise layers 1.3x at 48x48 to 3.6x at 3x3)."""
-    from qcc.ir.ops import nn
-
-    group = int(attrs["group"])
-    strides, pads, dil = nn._conv_geometry(attrs)
-    if not (x.ndim == 4 and w.ndim == 4 and x.dtype == w.dtype == np.float32 and group > 1
-            and int(w.shape[1]) == 1 and int(w.shape[0]) == group == int(x.shape[1])
-            and int(w.shape[2]) * int(w.shape[3]) > 1 and min(pads) >= 0
-            and (b is None or b.dtype == np.float32)):
-        return nn.conv2d(x, w, b, attrs, out=out)
-    n, c, h, wd = (int(d) for d in x.shape)
-    kh, kw = int(w.shape[2]), int(w.shape[3])
-    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
-    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
-    y = np.empty((n, c, oh, ow), np.float32) if out is None else out
-    if y.shape != (n, c, oh, ow) or y.dtype != np.float32 or not y.flags.c_contiguous:
-        return nn.conv2d(x, w, b, attrs, out=out)  # raises as nn.conv2d does
-    taps = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (kh, kw, C)
-    samples = max(1, _DEPTHWISE_BLOCK // max(1, c * oh * ow))
-    for n0 in range(0, n, samples):  # a few samples at a time, as nn's: the passes stay in cache
-        part = x[n0:n0 + samples]
-        padded = np.zeros((len(part), h + pads[0] + pads[2], wd + pads[1] + pads[3], c), np.float32)
-        padded[:, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = part.transpose(0, 2, 3, 1)
-        acc = np.zeros((len(part), oh, ow, c), np.float32)
-        tmp = np.empty_like(acc)
-        for i in range(kh):
-            for j in range(kw):
-                top, left = i * dil[0], j * dil[1]
-                tap = padded[:, top:top + (oh - 1) * strides[0] + 1:strides[0],
-                             left:left + (ow - 1) * strides[1] + 1:strides[1]]
-                np.multiply(tap, taps[i, j], out=tmp)
-                acc += tmp
-        y[n0:n0 + samples] = acc.transpose(0, 3, 1, 2)
-    if b is not None:
-        y += b.reshape(1, -1, 1, 1)
-    return y
-
-
-_DEPTHWISE_BLOCK = 1 << 17
-"""Output values of one block of samples in `_conv` (nn's depthwise block)."""
 
 
 def _skipping(graph: Graph, kernels: dict[str, Any], values: list[Value]) -> dict[str, Any]:

@@ -470,14 +470,22 @@ def test_the_data_run_stops_after_the_last_clamp_input(mobilenet_digits_files: N
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 7, 5), (3, 16, 12, 12), (9, 32, 9, 11), (2, 960, 3, 3), (5, 24, 48, 48)])
-def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int, int, int]) -> None:
-    """equalize's data run computes float32 depthwise convolutions channels last: the same products
-    and tap-ordered sums as nn.conv2d, so the bytes of every output (strides, dilations, asymmetric
-    padding, 1-D kernels, -0.0, NaN, inf, bias with -0.0, into a given array), and nn.conv2d itself
-    for what it does not cover (a channel multiplier, a 1x1 kernel, float64)."""
-    from qcc.passes.equalize import _conv
-
+def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int, int, int],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """nn.conv2d computes float32 depthwise convolutions channels last: the same products and
+    tap-ordered sums as its per-channel NCHW loop, so the bytes of every output (strides, dilations,
+    asymmetric padding, 1-D kernels, -0.0, NaN, inf, bias with -0.0, into a given array), and that
+    loop itself for what it does not cover (a channel multiplier, a 1x1 kernel, float64)."""
     from qcc.ir.ops import nn
+
+    def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any],
+              out: np.ndarray | None = None) -> np.ndarray:
+        return nn.conv2d(x, w, b, attrs, out=out)
+
+    def nchw(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any]) -> np.ndarray:
+        with monkeypatch.context() as patch:
+            patch.setattr(nn, "_depthwise_channels_last", lambda *args: None)
+            return nn.conv2d(x, w, b, attrs)
 
     rng = np.random.default_rng(8)
     _, c, h, wd = shape
@@ -499,7 +507,7 @@ def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int,
             b[::2] = -0.0
         attrs = {"strides": [s, s], "pads": pads, "dilations": [d, d], "group": c}
         with np.errstate(all="ignore"):
-            want = nn.conv2d(x, w, b, attrs)
+            want = nchw(x, w, b, attrs)
             got = _conv(x, w, b, attrs)
             into = np.empty_like(want)
             _conv(x, w, b, attrs, into)
@@ -511,8 +519,8 @@ def test_channels_last_depthwise_gives_the_bits_of_conv2d(shape: tuple[int, int,
                      (rng.standard_normal((c, 1, 1, 1)).astype(np.float32), {"group": c}),
                      (rng.standard_normal((c, c, 3, 3)).astype(np.float32), {"group": 1})]:
         full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], **attrs}
-        assert _conv(x, w, None, full).tobytes() == nn.conv2d(x, w, None, full).tobytes()
+        assert _conv(x, w, None, full).tobytes() == nchw(x, w, None, full).tobytes()
     x64 = x.astype(np.float64)
     w64 = rng.standard_normal((c, 1, 3, 3))
     full = {"strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1], "group": c}
-    assert _conv(x64, w64, None, full).tobytes() == nn.conv2d(x64, w64, None, full).tobytes()
+    assert _conv(x64, w64, None, full).tobytes() == nchw(x64, w64, None, full).tobytes()

@@ -36,7 +36,7 @@ from qcc.pm.parallel import Workers, process_split, worker_threads
 from qcc.quant.ranges import is_constant
 from qcc.quant.stats import DEFAULT_NUM_BINS, BatchCounts, TensorStats
 from qcc.sim.background import BackgroundObserver
-from qcc.sim.split import SplitProducts, float_products, one_blas_thread_or_none, product_threads
+from qcc.sim.split import SplitProducts, float_products, one_blas_thread, product_threads
 
 
 def _positive(name: str) -> Any:
@@ -185,7 +185,7 @@ def collect(model: Model, feeds: dict[str, np.ndarray], batch: int, num_bins: in
     threads = product_threads(worker_threads())
     wide = _rebound(model, rebatch, engine) if engine == "qcc" and 1 < threads <= _SAMPLE_THREADS else None
     if wide is not None:
-        with one_blas_thread_or_none() as held:
+        with one_blas_thread() as held:
             if held:  # a keeper is only ever filled from batches the model itself runs: none here
                 return _SampleThreads(model, wide, num_bins, pre_bias, threads).run(batches, count, progress)
     return collect_batches(model, batches, count, num_bins, progress, engine, rebatch, pre_bias, keeper)

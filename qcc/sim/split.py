@@ -36,24 +36,12 @@ def product_threads(limit: int | None = None) -> int:
 
 
 @contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS held at one thread meanwhile (without threadpoolctl: as it is). OpenBLAS 0.3.23's
-    sgemm sums in an order that depends on its thread count (a 2-thread and a 1-thread product of
-    the same float32 matrices differ in the last bits), so a measurement that must give the same
-    bits in this process and in a worker (which gets one thread, or cores / N) runs at one thread
-    in both."""
-    limits = _one_blas_thread_limits()
-    try:
-        yield
-    finally:
-        if limits is not None:
-            limits.restore_original_limits()
-
-
-@contextlib.contextmanager
-def one_blas_thread_or_none() -> Iterator[bool]:
-    """`one_blas_thread()` that says whether it could hold BLAS at one thread (False without
-    threadpoolctl: then nothing is held)."""
+def one_blas_thread() -> Iterator[bool]:
+    """BLAS held at one thread meanwhile (without threadpoolctl: as it is; the context's value says
+    whether it is held). OpenBLAS 0.3.23's sgemm sums in an order that depends on its thread count
+    (a 2-thread and a 1-thread product of the same float32 matrices differ in the last bits), so a
+    measurement that must give the same bits in this process and in a worker (which gets one
+    thread, or cores / N) runs at one thread in both."""
     limits = _one_blas_thread_limits()
     try:
         yield limits is not None

@@ -10,7 +10,11 @@ wall time.
    (default session options, one sample per run: the model's batch is 1), or qcc's `collect`
    (every float activation histogrammed) with the interpreter on the model as loaded, and with
    the interpreter or onnxruntime as the engine on the model `qcc compile --quantize int8`
-   calibrates (batch norms folded by fold-bn first; ONNX Runtime fuses them too).
+   calibrates (batch norms folded by fold-bn first; ONNX Runtime fuses them too). Two more ORT
+   rows make every node output a graph output, or every one but those only a Relu or BatchNorm
+   reads (Conv+BN+Relu still fuse: the tensors a QDQ model quantizes), with the same default
+   session (both cores, nothing else done): what reading the activations costs onnxruntime
+   itself, a floor for any calibration through it, statistics or not.
    The phase is timed inside the process after loading; the ratio is calibration / ORT pass of
    the same repetition.
 2. rss: peak RSS growth (VmHWM minus VmRSS once model and data are loaded) of `collect` on a
@@ -84,10 +88,11 @@ def floor_worker(mode: str, model_path: str, samples: int) -> dict[str, Any]:
     inp = graph.input[0]
     dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     data = np.random.default_rng(0).standard_normal((samples, *dims[1:]), dtype=np.float32)
-    if mode == "ort-pass":
+    if mode.startswith("ort-"):
         import onnxruntime as ort
 
-        session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(*_ort_model(model_path, mode),
+                                       providers=["CPUExecutionProvider"])
         t0, c0 = time.perf_counter(), _cpu()
         for i in range(samples):
             session.run(None, {inp.name: data[i:i + 1]})
@@ -104,6 +109,35 @@ def floor_worker(mode: str, model_path: str, samples: int) -> dict[str, Any]:
         t0, c0 = time.perf_counter(), _cpu()
         collect(model, {inp.name: data}, 1, engine=engine, rebatch=32)
     return {"wall": time.perf_counter() - t0, "cpu": _cpu() - c0}
+
+
+def _ort_model(model_path: str, mode: str) -> tuple[Any, Any]:
+    """(model, session options) of the ORT rows, onnxruntime's defaults (both cores, every
+    optimization): "ort-pass" the plain model; "ort-every-output" every node output made a graph
+    output (what qcc's calibration reads); "ort-qdq-outputs" all but the outputs whose every reader
+    is a Relu or BatchNormalization (those ORT's QDQ kernels fuse), so Conv+BN+Relu still fuse. The
+    last two are floors for calibrating through onnxruntime: no statistics, and at 2 threads not
+    deterministic (their sums depend on the batch and the threads)."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if mode == "ort-pass":
+        return model_path, options
+    model = onnx.load(model_path)
+    graph = model.graph
+    readers: dict[str, list[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node.op_type)
+    named = {o.name for o in graph.output} | {t.name for t in graph.initializer}
+    for node in graph.node:
+        for name in node.output:
+            fused = bool(readers.get(name)) and all(op in ("Relu", "BatchNormalization") for op in readers[name])
+            if name and name not in named and not (mode == "ort-qdq-outputs" and fused):
+                graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+                named.add(name)
+    return model.SerializeToString(), options
 
 
 def rss_worker(samples: int, engine: str = "qcc") -> dict[str, Any]:
@@ -206,7 +240,7 @@ def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[
     lines = [f"### Calibration vs one plain ONNX Runtime float pass ({samples} samples, {repeat} repetitions)", "",
              "| model | run | wall s | CPU s | ratio to the ORT pass (wall) | ratio (CPU) |",
              "|---|---|---|---|---|---|"]
-    modes = ["ort-pass", "qcc", "qcc+fold", "onnxruntime+fold"]
+    modes = ["ort-pass", "ort-every-output", "ort-qdq-outputs", "qcc", "qcc+fold", "onnxruntime+fold"]
     for name in names:
         path = work / f"light_{name}.onnx"
         light_model(name, path)
@@ -219,7 +253,10 @@ def part_floor(work: Path, names: list[str], samples: int, repeat: int) -> list[
             cpus = [r["cpu"] for r in got[mode]]
             ratios = [r["wall"] / b["wall"] for r, b in zip(got[mode], got["ort-pass"])]
             cratios = [r["cpu"] / b["cpu"] for r, b in zip(got[mode], got["ort-pass"])]
-            label = {"ort-pass": "ORT float pass", "qcc": "qcc calibrate (interpreter), model as loaded",
+            label = {"ort-pass": "ORT float pass",
+                     "ort-every-output": "ORT float pass, every activation an output (no statistics)",
+                     "ort-qdq-outputs": "ORT float pass, the activations a QDQ model quantizes (no statistics)",
+                     "qcc": "qcc calibrate (interpreter), model as loaded",
                      "qcc+fold": "qcc calibrate (interpreter), after fold-bn",
                      "onnxruntime+fold": "qcc calibrate{engine=onnxruntime}, after fold-bn"}[mode]
             lines.append(f"| {name} | {label} | {spread(walls)} | {spread(cpus)} | {spread(ratios)} | {spread(cratios)} |")

@@ -40,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bytecode import compiled_env  # noqa: E402
 from bench.doc_section import DOC, replace_section  # noqa: E402
 from tests import ort_quant  # noqa: E402
 from tests.ptq_models import DIGITS, NetFiles, heavy_tailed_digits, mobilenet_digits  # noqa: E402
@@ -361,23 +362,37 @@ def fixed8_section(nets: dict[str, NetFiles], work: Path, c_samples: int) -> lis
 CLI_FLAGS = {"equalize": "--no-equalize", "bias_correct": "--no-bias-correct"}
 
 
-def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor: bool, old: bool,
-                python: Path | None = None) -> tuple[float, float]:
+def old_flags(scheme: str) -> list[str]:
+    """`qcc compile` flags for what qcc did before issue 18."""
+    return ["--method", old_method(scheme), *CLI_FLAGS.values()]
+
+
+def technique_flags(scheme: str, per_tensor: bool) -> dict[str, list[str]]:
+    """The old flags with one of issue 18's default techniques turned back on, by name (equalize is
+    a default for per-tensor and fixed-point schemes only)."""
+    method = ["--method", old_method(scheme)]
+    flags = {"method auto": ["--method", "auto", *CLI_FLAGS.values()],
+             "bias-correct": [*method, CLI_FLAGS["equalize"]]}
+    if per_tensor or scheme.startswith("fixed"):
+        flags["equalize"] = [*method, CLI_FLAGS["bias_correct"]]
+    return flags
+
+
+def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor: bool, flags: list[str],
+                python: Path | None = None, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall and CPU time (all threads) of `qcc compile` in a fresh process: what a user waits for,
-    imports included. `python` runs another checkout's qcc (its `.venv/bin/python`) with that
-    checkout's own defaults."""
+    imports included (`env`: compiled bytecode, as an installed package, bench/bytecode.py).
+    `python` runs another checkout's qcc (its `.venv/bin/python`) with that checkout's own defaults."""
     import resource
 
     argv = [str(python or sys.executable), "-m", "qcc", "compile", str(files.model), "-o", str(out), "--target",
-            target, "--quantize", scheme, "--calib", str(files.calib)]
+            target, "--quantize", scheme, "--calib", str(files.calib), *flags]
     if per_tensor:
         argv.append("--per-tensor")
-    if old:
-        argv += ["--method", old_method(scheme), *CLI_FLAGS.values()]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # `-m` puts the working directory first on sys.path: run in the checkout whose qcc is timed
-    subprocess.run(argv, check=True, capture_output=True, cwd=python.parents[2] if python else ROOT)
+    subprocess.run(argv, check=True, capture_output=True, cwd=python.parents[2] if python else ROOT, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -402,26 +417,40 @@ def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = No
                                 "passes added"]) + " |",
              "|---|---|---|" + "---:|" * (8 + len(at_filing)) + "---|"]
     inf = float("inf")
+    alone: list[str] = []
+    # `qcc compile` processes run as installed packages do: with their bytecode compiled (this
+    # machine sets PYTHONDONTWRITEBYTECODE, so a checkout would compile its ~140 modules in every
+    # process, ~0.2-0.5 s that dilutes the passes' cost in both columns of each ratio)
+    env = compiled_env(work / "bytecode", (ROOT, *([anchor.parents[2]] if anchor else [])))
+    first = next(iter(nets.values()))
+    for python in dict.fromkeys((None, anchor)):  # untimed: the cache fills with the bytecode of what qcc imports
+        cli_seconds(first, work / "t.onnx", "int8", "onnx-qdq", False, [], python, env)
     for name, files in nets.items():
         for scheme, target, per_tensor in (("int8", "onnx-qdq", False), ("int8", "onnx-qdq", True),
                                            ("fixed8", "nnb", False), ("fixed16", "nnb", False)):
             out = work / ("t.nnb" if target == "nnb" else "t.onnx")
-            best = {key: [inf, inf] for key in ("old", "new", "cli_old", "cli_new", "anchor")}
+            best: dict[str, list[float]] = {}
             report: dict[str, Any] = {}
             for _ in range(3):  # interleaved: load changes hit both alike
                 _, *old_run = compile_cpu(files, out, target=target, quantize=scheme, per_tensor=per_tensor,
                                           method=old_method(scheme), **OLD)
                 report, *new_run = compile_cpu(files, out, target=target, quantize=scheme, per_tensor=per_tensor)
                 runs = {"old": old_run, "new": new_run,
-                        "cli_old": cli_seconds(files, out, scheme, target, per_tensor, True),
-                        "cli_new": cli_seconds(files, out, scheme, target, per_tensor, False)}
+                        "cli_old": cli_seconds(files, out, scheme, target, per_tensor, old_flags(scheme), env=env),
+                        "cli_new": cli_seconds(files, out, scheme, target, per_tensor, [], env=env)}
                 if anchor:
-                    runs["anchor"] = cli_seconds(files, out, scheme, target, per_tensor, False, anchor)
+                    runs["anchor"] = cli_seconds(files, out, scheme, target, per_tensor, [], anchor, env)
+                for technique, flags in technique_flags(scheme, per_tensor).items():
+                    runs[technique] = cli_seconds(files, out, scheme, target, per_tensor, flags, env=env)
                 for key, (wall, cpu) in runs.items():
-                    best[key] = [min(best[key][0], wall), min(best[key][1], cpu)]
+                    before = best.get(key, [inf, inf])
+                    best[key] = [min(before[0], wall), min(before[1], cpu)]
             added = [p for p in report["pipeline"] if p in ("equalize", "bias-correct", "learned-rounding")]
             (old, old_cpu), (new, new_cpu) = best["old"], best["new"]
             (cli_old, cli_old_cpu), (cli_new, cli_new_cpu) = best["cli_old"], best["cli_new"]
+            alone.append(row([name, scheme + (" per-tensor" if per_tensor else ""), target, cli_old, *(
+                f"{best[t][0] / cli_old:.2f}x, {best[t][1] / cli_old_cpu:.2f}x" if t in best else "-"
+                for t in TECHNIQUES), f"{cli_new / cli_old:.2f}x, {cli_new_cpu / cli_old_cpu:.2f}x"]))
             filing: list[Any] = []
             if anchor:
                 (then, then_cpu) = best["anchor"]
@@ -430,7 +459,14 @@ def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = No
                               f"{new / old:.2f}x", f"{new_cpu / old_cpu:.2f}x", cli_old, cli_new,
                               f"{cli_new / cli_old:.2f}x", f"{cli_new_cpu / cli_old_cpu:.2f}x", *filing,
                               ", ".join(added) + ", method auto"]))
-    return lines
+    return [*lines, "", "### Compile time: each technique alone against the old flags (the same runs)", "",
+            "`qcc compile` wall and CPU time of the old flags with one default technique turned back on, over "
+            "the old flags' (best of 3 each, in the rounds above, compiled bytecode).", "",
+            "| net | scheme | target | `qcc compile` old (s) | " + " | ".join(f"+ {t}" for t in TECHNIQUES)
+            + " | new defaults |", "|---|---|---|---:|" + "---:|" * (len(TECHNIQUES) + 1), *alone]
+
+
+TECHNIQUES = ("method auto", "equalize", "bias-correct")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,9 @@ gcc-built C program (target c), both compared bit for bit with qcc's simulator. 
 in-process `qcc.compile` wall time, best of 3, the old-default row measured in the same run; the
 compile-time section also gives CPU time (this process, or the `qcc compile` child, all threads);
 `--anchor PY` adds `qcc compile` of another checkout (e.g. main 5008265, before issue 18) with its
-own defaults, timed in the same interleaved rounds.
+own defaults, timed in the same interleaved rounds. `qcc compile` processes run with compiled
+bytecode (bench/bytecode.py), as an installed qcc does; a second table times the old flags with
+each of issue 18's default techniques turned back on alone.
 Results go to docs/benchmarks.md, section "Post-training quantization".
 """
 

@@ -1,6 +1,6 @@
 """Post-training quantization where it breaks (issue 18): each technique's effect and its cost.
 
-    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time] [--nets torchvision] [--no-write]
+    .venv/bin/python bench/ptq.py [--sections mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time,budget] [--nets torchvision] [--no-write]
 
 Models (tests/ptq_models.py, nothing downloaded): the MobileNetV2-style digits network (dead
 channels: folded depthwise ranges > 100x apart), torchvision's mobilenet_v2 with random weights
@@ -216,6 +216,45 @@ def torchvision_section(files: NetFiles, work: Path) -> list[str]:
     return lines
 
 
+def budget_passes(per_tensor: bool, input_values: int) -> str:
+    """The int8 default pipeline (docs/passes.md) with equalize's and bias-correct's input-value budget set."""
+    fold, equalize = ("fold-bn", f"equalize{{input_values={input_values}}},") if per_tensor else \
+        ("fold-bn{standalone=conv}", "")
+    return (f"{fold},{equalize}calibrate{{pre_bias=false,reference=16}},"
+            f"quantize-affine{{dtype=int8,per_channel={str(not per_tensor).lower()},method=auto}},"
+            f"bias-correct{{input_values={input_values}}}")
+
+
+def budget_section(files: NetFiles, work: Path) -> list[str]:
+    """The trade issue 18's compile-time budget would need: equalize's and bias-correct's sample
+    budget halved (9 -> 4 of the 16 calibration images at 96x96), against the defaults and the old
+    flags; `qcc compile` processes with compiled bytecode, as in the time section."""
+    from qcc.quant.samples import INPUT_VALUES
+
+    reference = float_reference(files)
+    env = compiled_env(work / "bytecode")
+    lines = ["### Sample budget of equalize and bias-correct (torchvision net, `qcc compile` best of 3, interleaved)",
+             "", "| scheme | config | wall (s) | vs old flags (wall, CPU) | logits SQNR (dB, ORT) |",
+             "|---|---|---:|---:|---:|"]
+    for per_tensor in (True, False):
+        scheme = ["--target", "onnx-qdq", "--quantize", "int8", *(["--per-tensor"] if per_tensor else [])]
+        configs = {"old flags": [*scheme, *old_flags("int8")], "defaults": scheme,
+                   f"budget {INPUT_VALUES // 2} values": ["--target", "onnx-qdq", "--passes",
+                                                          budget_passes(per_tensor, INPUT_VALUES // 2)]}
+        compile_seconds(files, work / "budget.onnx", scheme, env=env)  # untimed: fills the bytecode cache
+        best = {name: [float("inf")] * 2 for name in configs}
+        for _ in range(3):
+            for name, args in configs.items():
+                wall, cpu = compile_seconds(files, work / f"budget_{name[:3]}.onnx", args, env=env)
+                best[name] = [min(best[name][0], wall), min(best[name][1], cpu)]
+        (old, old_cpu) = best["old flags"]
+        for name, (wall, cpu) in best.items():
+            y = ort_quant.run(work / f"budget_{name[:3]}.onnx", {"x": files.x}, optimize=False)
+            lines.append(row(["int8" + (" per-tensor" if per_tensor else ""), name, wall,
+                              f"{wall / old:.2f}x, {cpu / old_cpu:.2f}x", ort_quant.sqnr_db(y, reference)]))
+    return lines
+
+
 # ---------------------------------------------------------------- heavy tails
 
 
@@ -385,12 +424,17 @@ def cli_seconds(files: NetFiles, out: Path, scheme: str, target: str, per_tensor
     """Wall and CPU time (all threads) of `qcc compile` in a fresh process: what a user waits for,
     imports included (`env`: compiled bytecode, as an installed package, bench/bytecode.py).
     `python` runs another checkout's qcc (its `.venv/bin/python`) with that checkout's own defaults."""
+    return compile_seconds(files, out, ["--target", target, "--quantize", scheme, *flags,
+                                        *(["--per-tensor"] if per_tensor else [])], python, env)
+
+
+def compile_seconds(files: NetFiles, out: Path, args: list[str], python: Path | None = None,
+                    env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall and CPU time (all threads) of `qcc compile MODEL -o OUT --calib CALIB *args` in a fresh process."""
     import resource
 
-    argv = [str(python or sys.executable), "-m", "qcc", "compile", str(files.model), "-o", str(out), "--target",
-            target, "--quantize", scheme, "--calib", str(files.calib), *flags]
-    if per_tensor:
-        argv.append("--per-tensor")
+    argv = [str(python or sys.executable), "-m", "qcc", "compile", str(files.model), "-o", str(out), "--calib",
+            str(files.calib), *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # `-m` puts the working directory first on sys.path: run in the checkout whose qcc is timed
@@ -473,7 +517,7 @@ TECHNIQUES = ("method auto", "equalize", "bias-correct")
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time")
+    ap.add_argument("--sections", default="mobilenet,torchvision,heavy,w4a8,fixed4,fixed8,time,budget")
     ap.add_argument("--c-samples", type=int, default=40, help="test images run through the C program")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--nets", default="", help="time section: only the nets whose name contains one of these "
@@ -494,7 +538,7 @@ def main(argv: list[str] | None = None) -> None:
         timed_mobilenet = "time" in wanted and (not words or any(w in "MobileNetV2-style digits" for w in words))
         needs_mobilenet = {"mobilenet", "w4a8", "fixed4", "fixed8"} & set(wanted) or timed_mobilenet
         mobilenet = mobilenet_files(work) if needs_mobilenet else None
-        torchvision = torchvision_files(work) if {"torchvision", "time"} & set(wanted) else None
+        torchvision = torchvision_files(work) if {"torchvision", "time", "budget"} & set(wanted) else None
         nets = {"digits CNN": digits, **({"MobileNetV2-style digits": mobilenet} if mobilenet else {})}
         timed = {**nets, **({"torchvision mobilenet_v2 96x96": torchvision} if torchvision else {})}
         timed = {k: v for k, v in timed.items() if not words or any(w in k for w in words)}
@@ -506,6 +550,7 @@ def main(argv: list[str] | None = None) -> None:
             "fixed4": lambda: fixed4_section(nets, work, args.c_samples),
             "fixed8": lambda: fixed8_section(nets, work, args.c_samples),
             "time": lambda: time_section(timed, work, args.anchor),
+            "budget": lambda: budget_section(torchvision, work),  # type: ignore[arg-type]
         }
         for name in wanted:
             start = time.perf_counter()

@@ -95,6 +95,25 @@ def test_every_path_gives_the_same_integers(monkeypatch: pytest.MonkeyPatch) -> 
             assert np.array_equal(fixed.conv_kernel(node, args)[0], want)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_batch_in_several_chunks_with_short_last_blocks(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One image per chunk of columns and 25 output rows an image in blocks of 10: each chunk's
+    last block is short, and the next chunk's rows follow it (a batch of 64 96x96 images in
+    torchvision's mobilenet_v2 once failed here: the block's rows ran into the next image's)."""
+    rng = np.random.default_rng(k)
+    graph = Graph("chunks")
+    x = graph.add_input("x", TensorType("float32", (3, 4, 5, 5)))
+    w = graph.add_constant("w", np.zeros((6, 4, k, k), np.float32))
+    y = graph.add("Conv", x, w, name="conv", group=1, pads=[k // 2] * 4, strides=[1, 1], dilations=[1, 1])
+    x.quant, w.quant, y.quant = FixedPoint(8, 6, "trunc"), FixedPoint(8, 7), FixedPoint(8, 5, "trunc")
+    xi = rng.integers(-128, 128, x.type.shape)
+    wi = rng.integers(-128, 128, w.const.shape)
+    monkeypatch.setattr(fixed, "TILE", 60)  # 10 rows a block for 6 outputs
+    monkeypatch.setattr(fixed, "COLUMNS", 100)  # one image a chunk
+    got = fixed.conv_kernel(graph.nodes[0], [xi, wi])[0]
+    assert np.array_equal(got, runtime_conv(xi, wi, 6 + 7 - 5, 8, graph.nodes[0]))
+
+
 def pointwise_layer(rng: np.random.Generator, bits: int, n: int, cg: int, og: int) -> tuple[Node, list[np.ndarray]]:
     """A 1x1 layer truncating by 2**n (n < 0: scaling up) on inputs of both signs, zeros and the
     type's extremes (the running total saturates both ways), weights including 0 and MIN."""

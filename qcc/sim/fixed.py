@@ -351,10 +351,12 @@ def _conv_blocked(win: np.ndarray, w: np.ndarray, group: int, n: int, bits: int,
                 part = cols[:, r0:r0 + block]
                 reach = np.abs(part[:, :, :k]).max(axis=(1, 2)).astype(np.int64) * taps[g]  # |partial sum| bounds
                 steps = (reach >> n if n >= 0 else reach << -n).tolist()
+                # this chunk's rows only: its last block may be short, and the next chunk's rows follow
+                total = y[g, first + r0:first + r0 + part.shape[1]]
                 if magic is None:
-                    _add_channels(y[g, first + r0:first + r0 + block], part, wg, steps, bits)
+                    _add_channels(total, part, wg, steps, bits)
                 else:
-                    _add_rounded(y[g, first + r0:first + r0 + block], part, wg, steps, bits, magic)
+                    _add_rounded(total, part, wg, steps, bits, magic)
     ints = np.empty(y.shape, dtype=np.int64)
     if magic is not None:  # T = (M + T) - M exactly, in the float type, then converted
         np.subtract(y, dtype(magic), out=ints, casting="unsafe")

@@ -14,6 +14,8 @@ everything it computes (setters cast float to int, kernels rescale by C integer 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qcc.errors import UsageError
@@ -32,6 +34,54 @@ ROUNDINGS = ("half_even", "trunc")
 
 NUMPY_STORAGE = {"int4": "int8", "uint4": "uint8"}
 """numpy has no 4-bit integers: int4/uint4 values are held in the 8-bit type of the same sign."""
+
+
+def clamp(x: np.ndarray, lo: float | np.floating[Any] | None, hi: float | np.floating[Any] | None,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """np.clip(x, lo, hi) with either bound optional (None: none on that side), into `out` (x
+    itself may be it), in x's dtype: the same bits, NaN and signed zeros included.
+
+    numpy 1.26 compares an array with a scalar in a loop 3-5x slower than with an array of the
+    same layout (np.clip's and np.maximum's scalar paths: ReLU6 took a third of a float run's
+    elementwise time). A C-contiguous x is compared, `_ROW` values at a time, with a row holding
+    the bound (kept per dtype and value); anything else takes numpy's path."""
+    x = np.asarray(x)
+    result = out if out is not None else np.empty_like(x)
+    if x.dtype.kind != "f" or not (x.flags.c_contiguous and result.flags.c_contiguous) or x.size < _ROW:
+        source = x
+        for bound, op in ((lo, np.maximum), (hi, np.minimum)):
+            if bound is not None:
+                op(source, x.dtype.type(bound), out=result)
+                source = result
+        if source is x:
+            np.copyto(result, x)
+        return result
+    flat_in, flat_out = x.reshape(-1), result.reshape(-1)
+    whole = x.size // _ROW * _ROW
+    source = flat_in
+    for bound, op in ((lo, np.maximum), (hi, np.minimum)):
+        if bound is None:
+            continue
+        value = x.dtype.type(bound)
+        op(source[:whole].reshape(-1, _ROW), _bound_row(value), out=flat_out[:whole].reshape(-1, _ROW))
+        op(source[whole:], value, out=flat_out[whole:])
+        source = flat_out
+    if source is flat_in:
+        np.copyto(result, x)
+    return result
+
+
+_ROW = 1 << 14
+_BOUND_ROWS: dict[tuple[str, bytes], np.ndarray] = {}
+
+
+def _bound_row(value: np.floating[Any]) -> np.ndarray:
+    key = (value.dtype.str, value.tobytes())
+    row = _BOUND_ROWS.get(key)
+    if row is None:
+        row = _BOUND_ROWS[key] = np.full(_ROW, value, dtype=value.dtype)
+        row.flags.writeable = False
+    return row
 
 
 def fixed_bounds(bits: int) -> tuple[int, int]:
@@ -122,7 +172,7 @@ def fake_quant_affine(
         q = np.divide(x, s)
         np.rint(q, out=q)
         q += zp
-        np.clip(q, lo, hi, out=q)
+        clamp(q, lo, hi, out=q)
         q -= zp
         q *= s
     return q

@@ -10,6 +10,7 @@ import numpy as np
 from qcc.ir.ops._common import broadcast_shapes, norm_axis
 from qcc.ir.registry import AttrSpec, OpDef, register
 from qcc.ir.types import TensorType
+from qcc.quant.numerics import clamp
 
 F32 = np.float32
 
@@ -34,6 +35,8 @@ class Relu(_Unary):
 
     @staticmethod
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
+        if xs[0].dtype.kind == "f":
+            return [clamp(xs[0], 0.0, None)]
         return [np.maximum(xs[0], 0).astype(xs[0].dtype, copy=False)]
 
 
@@ -65,6 +68,8 @@ class Clip(_Unary):
     def kernel(node: Any, xs: list[np.ndarray]) -> list[np.ndarray]:
         lo, hi = node.attrs["min"], node.attrs["max"]
         x = xs[0]
+        if x.dtype == np.float32:  # the bounds as float32, as below: clamp compares in x's dtype
+            return [clamp(x, None if lo is None else F32(lo), None if hi is None else F32(hi))]
         if lo is not None:
             x = np.maximum(x, F32(lo))
         if hi is not None:  # in place on the new array: one pass less over a large activation

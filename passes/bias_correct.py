@@ -66,7 +66,7 @@ from qcc.ir.registry import get_schema
 from qcc.ir.types import Affine, FixedPoint
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.pm.parallel import Workers, process_split
-from qcc.quant.biascorr import SAMPLES, ChannelMean, storable
+from qcc.quant.biascorr import INTEGER_INPUT_VALUES, SAMPLES, ChannelMean, storable
 from qcc.quant.equalize import clipped_normal_mean
 from qcc.quant.numerics import AFFINE_DTYPES, fixed_bounds
 from qcc.quant.samples import INPUT_VALUES
@@ -90,6 +90,8 @@ class BiasCorrect(Pass):
                                metadata={"help": "calibration samples (one batch: every layer sees the same ones)"})
     input_values: int = attrs.field(default=INPUT_VALUES, validator=at_least(1), metadata={
         "help": "fewer samples when they are large: at most this many input values in all, at least 4 samples"})
+    integer_input_values: int = attrs.field(default=INTEGER_INPUT_VALUES, validator=at_least(1), metadata={
+        "help": "input_values when the model runs on nnabla-c-runtime's integer kernels (.nnb, C fixed point)"})
 
     def __attrs_post_init__(self) -> None:
         check_choices(self)
@@ -130,9 +132,11 @@ class BiasCorrect(Pass):
         (`own_errors`)."""
         from qcc.sim.fixed import runs_integer_kernels
 
-        parts = list(calibration_batches(model, ctx, self.samples, self.samples, self.input_values))
+        integer = runs_integer_kernels(model)
+        budget = self.integer_input_values if integer else self.input_values
+        parts = list(calibration_batches(model, ctx, self.samples, self.samples, budget))
         if len(parts) == 1:
-            keeper = RunKeeper(model) if runs_integer_kernels(model) else None
+            keeper = RunKeeper(model) if integer else None
             # one BLAS thread per product from here (the float layers computed on kept inputs
             # included): the shifts do not depend on the core count
             split = process_split()

@@ -57,6 +57,7 @@ from qcc.ir.core import Graph, Model, Node, Value
 from qcc.ir.registry import get_schema
 from qcc.pm.base import Pass, PassContext, PassResult
 from qcc.quant.equalize import (
+    OBSERVED_INPUT_VALUES,
     absorbable_shift,
     clamp_scale_limits,
     cle_scales,
@@ -64,7 +65,6 @@ from qcc.quant.equalize import (
     normal_shift,
     scale_floor,
 )
-from qcc.quant.samples import INPUT_VALUES
 
 SECTION = "equalize"
 
@@ -111,11 +111,13 @@ class Equalize(Pass):
     name = "equalize"
 
     iterations: int = attrs.field(default=20, validator=at_least(1), metadata={"help": "equalization sweeps at most"})
+    tolerance: float = attrs.field(default=1e-2, validator=attrs.validators.gt(0), metadata={
+        "help": "stop the sweeps once no scale moves by more than this (|log s|)"})
     absorb_bias: bool = attrs.field(default=True, metadata={"help": "high-bias absorption"})
     dead_channels: bool = attrs.field(default=True, metadata={"help": "zero what reads a dead channel"})
     samples: int = attrs.field(default=32, validator=at_least(1),
                                metadata={"help": "calibration samples for per-channel ranges"})
-    input_values: int = attrs.field(default=INPUT_VALUES, validator=at_least(1), metadata={
+    input_values: int = attrs.field(default=OBSERVED_INPUT_VALUES, validator=at_least(1), metadata={
         "help": "fewer samples when they are large: at most this many input values in all, at least 4 samples"})
 
     def run(self, model: Model, ctx: PassContext) -> PassResult:
@@ -134,7 +136,7 @@ class Equalize(Pass):
             pair.limited = int(np.count_nonzero(pair.smax < np.inf))
         for _ in range(self.iterations):
             moved = max(_equalize(pair, work) for pair in pairs)
-            if moved < 1e-4:
+            if moved < self.tolerance:
                 break
         if self.absorb_bias:
             for pair in pairs:

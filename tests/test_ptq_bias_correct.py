@@ -343,12 +343,14 @@ def test_check_fixed_point_energies_are_the_old_formulas_bits() -> None:
 
 def test_large_samples_are_corrected_on_fewer_of_them() -> None:
     """The default budget of input values: 8x8 digits keep all 16 samples, 96x96 RGB images
-    (27648 values each) 9, 224x224 ones the floor of 4; never more than asked."""
+    (27648 values each: 9 fit) 8, a multiple of 4, 224x224 ones the floor of 4; never more
+    than asked."""
     from qcc.quant.biascorr import SAMPLES
     from qcc.quant.samples import sample_count
 
     assert sample_count(SAMPLES, 64) == 16
-    assert sample_count(SAMPLES, 3 * 96 * 96) == 9
+    assert sample_count(SAMPLES, 3 * 96 * 96) == 8
+    assert sample_count(64, 3 * 64 * 64) == 20  # 21 fit
     assert sample_count(SAMPLES, 3 * 224 * 224) == 4
     assert sample_count(2, 3 * 224 * 224) == 2
 
@@ -356,19 +358,24 @@ def test_large_samples_are_corrected_on_fewer_of_them() -> None:
 @pytest.mark.parametrize("annotate", ANNOTATIONS)
 def test_fewer_samples_read_the_first_rows_of_calibrates_reference(annotate: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """bias-correct{input_values=384} on 64-value digits measures 6 samples: it reads the first
-    6 rows of the 16 calibrate kept (no float run) and writes the biases bias-correct{samples=6}
-    gives with its own float run."""
+    """bias-correct{input_values=640} on 64-value digits measures 8 samples (10 fit, a multiple of
+    4 read): it reads the first 8 rows of the 16 calibrate kept (no float run) and writes the
+    biases bias-correct{samples=8} gives with its own float run. A model on the integer kernels
+    (nnabla-c-runtime's rules) has its own budget, integer_input_values, and only it."""
     path = str(DIGITS / "digits_cnn.onnx")
-    own, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct{{samples=6}}", CALIB)
+    integer = "nnabla-c-runtime" in annotate
+    own, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct{{samples=8}}", CALIB)
+    sixteen, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
     model, ctx = quantize(path, f"fold-bn,calibrate{{reference=16}},{annotate}", CALIB)
     runs = _float_runs(monkeypatch)
-    PassManager("bias-correct{input_values=384}").run(model, ctx)
+    PassManager(f"bias-correct{{{'integer_' if integer else ''}input_values=640}}").run(model, ctx)
     assert not runs
     _same_constants(model, own)
-    sixteen, _ = quantize(path, f"fold-bn,calibrate,{annotate},bias-correct", CALIB)
     assert any(a.const.tobytes() != b.const.tobytes()  # type: ignore[union-attr]
                for a, b in zip(model.graph.constants, sixteen.graph.constants))
+    other, ctx = quantize(path, f"fold-bn,calibrate{{reference=16}},{annotate}", CALIB)
+    PassManager(f"bias-correct{{{'' if integer else 'integer_'}input_values=640}}").run(other, ctx)
+    _same_constants(other, sixteen)  # the other budget does not apply
 
 
 @pytest.mark.parametrize("shape", [(9, 24, 12, 12), (16, 100), (3, 7, 5)])

@@ -200,17 +200,17 @@ def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None
 
 
 def test_large_samples_are_observed_on_fewer_of_them(mobilenet_digits_files: NetFiles) -> None:
-    """equalize{input_values=384} on 64-value digits observes the first 6 samples: the weights
-    equalize{samples=6} gives, not those of all the samples."""
+    """equalize{input_values=640} on 64-value digits observes the first 8 samples (10 fit, a
+    multiple of 4 read): the weights equalize{samples=8} gives, not those of all the samples."""
     files = mobilenet_digits_files
-    budget, _ = folded(files, "fold-bn,equalize{input_values=384}")
-    six, _ = folded(files, "fold-bn,equalize{samples=6}")
+    budget, _ = folded(files, "fold-bn,equalize{input_values=640}")
+    eight, _ = folded(files, "fold-bn,equalize{samples=8}")
     every, _ = folded(files, "fold-bn,equalize")
 
     def weights(model: Model) -> list[bytes]:
         return [v.const.tobytes() for v in model.graph.constants if v.const is not None]
 
-    assert weights(budget) == weights(six)
+    assert weights(budget) == weights(eight)
     assert weights(budget) != weights(every)
 
 
@@ -454,7 +454,7 @@ def test_the_data_run_stops_after_the_last_clamp_input(mobilenet_digits_files: N
     assert last < len(model.graph.nodes) - 1  # there is a head to leave out
     assert set(ran) == {n.name for n in model.graph.nodes[:last + 1]}  # a chain: everything before it runs
     full: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for batch in calibration_batches(model, ctx, 32, 64, eq.INPUT_VALUES):
+    for batch in calibration_batches(model, ctx, 32, 64, eq.OBSERVED_INPUT_VALUES):
         arrays = Interpreter(model).run(batch, outputs=[v.name for v in values])
         for v in values:
             a = arrays[v.name]

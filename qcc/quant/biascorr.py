@@ -22,6 +22,14 @@ import numpy as np
 SAMPLES = 16
 """bias-correct's default sample count (calibrate keeps the float outputs of as many for it)."""
 
+INTEGER_INPUT_VALUES = 1 << 17
+"""bias-correct's input-value budget (qcc.quant.samples) when the model runs on nnabla-c-runtime's
+integer kernels: half the float runs' (96x96 RGB images: 4 samples instead of 8). A value costs
+24-85x a float product there (the convolution truncates per input channel), and the error it
+measures is mostly the truncation's, a bias set by few samples: torchvision mobilenet_v2 96x96,
+logits SQNR with 8 / 4 samples, fixed8 .nnb 20.43 / 20.44 dB, fixed16 64.67 / 64.48 dB (7.13 and
+47.86 uncorrected), for 0.25-0.5 s less (docs/benchmarks.md, "Compile time")."""
+
 
 @attrs.define
 class ChannelMean:

@@ -226,9 +226,9 @@ def budget_passes(per_tensor: bool, input_values: int) -> str:
 
 
 def budget_section(files: NetFiles, work: Path) -> list[str]:
-    """The trade issue 18's compile-time budget would need: equalize's and bias-correct's sample
-    budget halved (9 -> 4 of the 16 calibration images at 96x96), against the defaults and the old
-    flags; `qcc compile` processes with compiled bytecode, as in the time section."""
+    """Equalize's and bias-correct's sample budget halved (8 -> 4 of the 16 calibration images at
+    96x96) against the defaults and the old flags: what a further cut would cost in SQNR; `qcc
+    compile` processes with compiled bytecode, as in the time section."""
     from qcc.quant.samples import INPUT_VALUES
 
     reference = float_reference(files)
@@ -451,17 +451,19 @@ def compile_cpu(files: NetFiles, out: Path, **options: Any) -> tuple[dict[str, A
     return report, wall, time.process_time() - cpu
 
 
-def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = None) -> list[str]:
+def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = None, rounds: int = 3) -> list[str]:
     """`anchor`: the Python of a checkout from before issue 18 (main 5008265), whose `qcc compile`
-    with its own defaults is the issue's "today's compile time"; timed in the same interleaved rounds."""
-    at_filing = ["`qcc compile` at filing (s)", "new / at filing", "CPU ratio"] if anchor else []
-    lines = ["### Compile time: new defaults against the old ones (same run, best of 3, interleaved)", "",
+    with its own defaults is the issue's "today's compile time"; timed in the same interleaved rounds.
+    Besides the ratio of the bests, the median over the rounds of each round's `qcc compile` ratio
+    (the two processes of a round ran seconds apart: the host's drift between minutes cancels)."""
+    at_filing = ["`qcc compile` at filing (s)", "new / at filing", "median", "CPU ratio"] if anchor else []
+    lines = [f"### Compile time: new defaults against the old ones (same run, best of {rounds}, interleaved)", "",
              "Wall time and CPU time (all threads: BLAS uses both cores); on a shared machine the CPU "
-             "ratio is the steadier one.", "",
+             "ratio is the steadier one; \"median\": of the rounds' own ratios.", "",
              "| " + " | ".join(["net", "scheme", "target", "in-process old (s)", "new (s)", "ratio", "CPU ratio",
-                                "`qcc compile` old (s)", "new (s)", "ratio", "CPU ratio", *at_filing,
+                                "`qcc compile` old (s)", "new (s)", "ratio", "median", "CPU ratio", *at_filing,
                                 "passes added"]) + " |",
-             "|---|---|---|" + "---:|" * (8 + len(at_filing)) + "---|"]
+             "|---|---|---|" + "---:|" * (9 + len(at_filing)) + "---|"]
     inf = float("inf")
     alone: list[str] = []
     # `qcc compile` processes run as installed packages do: with their bytecode compiled (this
@@ -476,8 +478,9 @@ def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = No
                                            ("fixed8", "nnb", False), ("fixed16", "nnb", False)):
             out = work / ("t.nnb" if target == "nnb" else "t.onnx")
             best: dict[str, list[float]] = {}
+            walls: dict[str, list[float]] = {}
             report: dict[str, Any] = {}
-            for _ in range(3):  # interleaved: load changes hit both alike
+            for _ in range(rounds):  # interleaved: load changes hit both alike
                 _, *old_run = compile_cpu(files, out, target=target, quantize=scheme, per_tensor=per_tensor,
                                           method=old_method(scheme), **OLD)
                 report, *new_run = compile_cpu(files, out, target=target, quantize=scheme, per_tensor=per_tensor)
@@ -489,6 +492,7 @@ def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = No
                 for technique, flags in technique_flags(scheme, per_tensor).items():
                     runs[technique] = cli_seconds(files, out, scheme, target, per_tensor, flags, env=env)
                 for key, (wall, cpu) in runs.items():
+                    walls.setdefault(key, []).append(wall)
                     before = best.get(key, [inf, inf])
                     best[key] = [min(before[0], wall), min(before[1], cpu)]
             added = [p for p in report["pipeline"] if p in ("equalize", "bias-correct", "learned-rounding")]
@@ -500,19 +504,28 @@ def time_section(nets: dict[str, NetFiles], work: Path, anchor: Path | None = No
             filing: list[Any] = []
             if anchor:
                 (then, then_cpu) = best["anchor"]
-                filing = [then, f"{cli_new / then:.2f}x", f"{cli_new_cpu / then_cpu:.2f}x"]
+                filing = [then, f"{cli_new / then:.2f}x", f"{median_ratio(walls['cli_new'], walls['anchor']):.2f}x",
+                          f"{cli_new_cpu / then_cpu:.2f}x"]
             lines.append(row([name, scheme + (" per-tensor" if per_tensor else ""), target, old, new,
                               f"{new / old:.2f}x", f"{new_cpu / old_cpu:.2f}x", cli_old, cli_new,
-                              f"{cli_new / cli_old:.2f}x", f"{cli_new_cpu / cli_old_cpu:.2f}x", *filing,
+                              f"{cli_new / cli_old:.2f}x", f"{median_ratio(walls['cli_new'], walls['cli_old']):.2f}x",
+                              f"{cli_new_cpu / cli_old_cpu:.2f}x", *filing,
                               ", ".join(added) + ", method auto"]))
     return [*lines, "", "### Compile time: each technique alone against the old flags (the same runs)", "",
             "`qcc compile` wall and CPU time of the old flags with one default technique turned back on, over "
-            "the old flags' (best of 3 each, in the rounds above, compiled bytecode).", "",
+            f"the old flags' (best of {rounds} each, in the rounds above, compiled bytecode).", "",
             "| net | scheme | target | `qcc compile` old (s) | " + " | ".join(f"+ {t}" for t in TECHNIQUES)
             + " | new defaults |", "|---|---|---|---:|" + "---:|" * (len(TECHNIQUES) + 1), *alone]
 
 
 TECHNIQUES = ("method auto", "equalize", "bias-correct")
+
+
+def median_ratio(numerators: list[float], denominators: list[float]) -> float:
+    """The median of the rounds' own ratios (round k's two runs are paired)."""
+    import statistics
+
+    return statistics.median(a / b for a, b in zip(numerators, denominators))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -522,6 +535,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--nets", default="", help="time section: only the nets whose name contains one of these "
                                                  "comma-separated words (default all)")
+    ap.add_argument("--rounds", type=int, default=3, help="time section: interleaved rounds")
     ap.add_argument("--anchor", type=Path, default=None,
                     help="time section: .venv/bin/python of a checkout from before issue 18 (e.g. a worktree "
                          "of main 5008265 with the project installed); adds its `qcc compile` time")
@@ -549,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
             "w4a8": lambda: w4a8_section(nets, work),
             "fixed4": lambda: fixed4_section(nets, work, args.c_samples),
             "fixed8": lambda: fixed8_section(nets, work, args.c_samples),
-            "time": lambda: time_section(timed, work, args.anchor),
+            "time": lambda: time_section(timed, work, args.anchor, args.rounds),
             "budget": lambda: budget_section(torchvision, work),  # type: ignore[arg-type]
         }
         for name in wanted:

@@ -47,26 +47,20 @@ def clamp(x: np.ndarray, lo: float | np.floating[Any] | None, hi: float | np.flo
     the bound (kept per dtype and value); anything else takes numpy's path."""
     x = np.asarray(x)
     result = out if out is not None else np.empty_like(x)
-    if x.dtype.kind != "f" or not (x.flags.c_contiguous and result.flags.c_contiguous) or x.size < _ROW:
-        source = x
-        for bound, op in ((lo, np.maximum), (hi, np.minimum)):
-            if bound is not None:
-                op(source, x.dtype.type(bound), out=result)
-                source = result
-        if source is x:
-            np.copyto(result, x)
-        return result
-    flat_in, flat_out = x.reshape(-1), result.reshape(-1)
-    whole = x.size // _ROW * _ROW
-    source = flat_in
+    rows = x.dtype.kind == "f" and x.flags.c_contiguous and result.flags.c_contiguous and x.size >= _ROW
+    source = x
     for bound, op in ((lo, np.maximum), (hi, np.minimum)):
         if bound is None:
             continue
         value = x.dtype.type(bound)
-        op(source[:whole].reshape(-1, _ROW), _bound_row(value), out=flat_out[:whole].reshape(-1, _ROW))
-        op(source[whole:], value, out=flat_out[whole:])
-        source = flat_out
-    if source is flat_in:
+        if rows:
+            flat_in, flat_out, whole = source.reshape(-1), result.reshape(-1), x.size // _ROW * _ROW
+            op(flat_in[:whole].reshape(-1, _ROW), _bound_row(value), out=flat_out[:whole].reshape(-1, _ROW))
+            op(flat_in[whole:], value, out=flat_out[whole:])
+        else:
+            op(source, value, out=result)
+        source = result
+    if source is x:
         np.copyto(result, x)
     return result
 

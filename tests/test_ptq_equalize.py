@@ -391,7 +391,7 @@ def test_channel_min_max_gives_the_bits_of_the_whole_array_reduction(shape: tupl
     """equalize's per-channel minimum and maximum (samples first on small maps) against numpy's
     reduction over every axis but 1: the same values and dtype, the sign of a zero and NaN
     included (a channel whose extreme is a zero or NaN falls back to the whole-array reduction)."""
-    from qcc.passes.equalize import channel_min_max
+    from qcc.quant.stats import channel_min_max
 
     rng = np.random.default_rng(7)
     for case in range(7):

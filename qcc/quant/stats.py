@@ -261,7 +261,9 @@ class TensorStats:
                 f"tensor {self.name!r}: channel axis {axis} out of range for shape {x.shape}"
             )
         others = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
-        if finite is None:
+        if finite is None and axis % x.ndim == 1:
+            cmin, cmax = channel_min_max(x)
+        elif finite is None:
             cmin, cmax = x.min(axis=others), x.max(axis=others)
         else:
             cmin = np.where(finite, x, np.inf).min(axis=others)
@@ -382,3 +384,31 @@ def _merge_channels(a: TensorStats, b: TensorStats) -> tuple[np.ndarray | None, 
 
 def _copy(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else a.copy()
+
+
+def channel_min_max(array: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel (axis 1), the minimum and the maximum over every other axis: the values (and
+    dtype) of `array.min(axis=axes)` / `array.max(axis=axes)`.
+
+    numpy reduces axes (0, 2, 3) of a small feature map slowly (a short inner loop per sample and
+    channel: equalize's data run on MobileNetV2 at 96x96 spent 16 of its 18 ms on the 28 clamp inputs of 12x12 and
+    smaller), so where each sample's map is small the samples are reduced first, elementwise over
+    contiguous rows, then each channel's taps (5.5 ms for all 35). A minimum or maximum is
+    one of the values whatever the order, except for the sign of a zero (-0.0 == 0.0) and which
+    NaN: where some channel's result is zero or NaN the whole-array reduction gives it instead."""
+    axes = tuple(a for a in range(array.ndim) if a != 1)
+    n = int(array.shape[0]) if array.ndim >= 2 else 0
+    if n < 2 or array.ndim < 3 or array[0, 0].size > _SMALL_MAP or not array.flags.c_contiguous \
+            or array.dtype.kind != "f":
+        return array.min(axis=axes), array.max(axis=axes)
+    rows = array.reshape(n, int(array.shape[1]), -1)
+    lo = np.minimum.reduce(rows, axis=0).min(axis=1)
+    hi = np.maximum.reduce(rows, axis=0).max(axis=1)
+    if np.any((lo == 0) | np.isnan(lo)) or np.any((hi == 0) | np.isnan(hi)):
+        return array.min(axis=axes), array.max(axis=axes)
+    return lo, hi
+
+
+_SMALL_MAP = 255
+"""Values per sample and channel up to which `channel_min_max` reduces the samples first (the
+whole-array reduction is as fast from 16x16 on)."""

@@ -199,6 +199,21 @@ def test_a_plugin_clamp_is_equalized_like_clip_from_its_registry_facts() -> None
         registry._DERIVED.clear()
 
 
+def test_sweeps_stop_once_no_scale_moves_more_than_the_tolerance(mobilenet_digits_files: NetFiles) -> None:
+    """equalize{tolerance=inf} stops after its first sweep (the weights of iterations=1); the default
+    1% runs more of them than one and fewer than a tolerance of 1e-12 (which runs all 20)."""
+    files = mobilenet_digits_files
+
+    def weights(spec: str) -> list[bytes]:
+        model, _ = folded(files, f"fold-bn,{spec}")
+        return [v.const.tobytes() for v in model.graph.constants if v.const is not None]
+
+    one, default, all_sweeps = weights("equalize{iterations=1}"), weights("equalize"), weights("equalize{tolerance=1e-12}")
+    assert weights("equalize{tolerance=inf}") == one
+    assert default != one
+    assert default != all_sweeps
+
+
 def test_large_samples_are_observed_on_fewer_of_them(mobilenet_digits_files: NetFiles) -> None:
     """equalize{input_values=640} on 64-value digits observes the first 8 samples (10 fit, a
     multiple of 4 read): the weights equalize{samples=8} gives, not those of all the samples."""
